@@ -1,0 +1,203 @@
+"""Encode / export throughput, model FLOP utilisation, and export peak memory versus input size.
+
+Run from the repository root (about 3-5 minutes on 2 CPU cores)::
+
+    .venv/bin/python benchmarks/bench_encode.py
+
+Model: a random-weights causal encoder, d=128, 2 layers, 2 heads, FFN 4d, max_len 512, on the
+synthetic account log (:func:`seqenc.data.synthetic.generate_events`, 2000 items). Each timing is
+the median of 3 runs. FLOPs are counted analytically on *real* events only (padding is overhead):
+per layer and history of ``L`` events, ``2·L·12·d²`` for the QKV, output and FFN matmuls plus
+``4·d·L²`` for the attention scores and weighted sum. They are compared with this machine's dense
+float32 matmul rate measured in the same run (``torch.mm`` of 2048×2048, median of 5).
+
+Peak memory: ``seqenc embed``-style exports of N and 10·N entities (same ``chunk_events``), each in
+its own subprocess, reporting its peak resident set (``VmHWM``); bounded streaming keeps it flat.
+These use a d=32, 1-layer model to stay fast: data memory, not the model, is what is measured
+(both logs hold max_len-long histories, so the largest activation batch is the same).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seqenc.bundle import save_bundle
+from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import build_sequences
+from seqenc.data.synthetic import generate_events
+from seqenc.encode import load_encoder
+from seqenc.export import export_embeddings
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+
+D_MODEL, N_LAYERS, N_HEADS, FFN_MULT, MAX_LEN = 128, 2, 2, 4, 512
+N_ENTITIES, N_ITEMS = 1000, 2000
+RSS_ENTITIES, RSS_CHUNK_EVENTS, RSS_D_MODEL = (2000, 20000), 50_000, 32
+RUNS = 3
+RESULTS = Path(__file__).resolve().parent / "results" / "encode.md"
+
+
+def median_time(fn, runs: int = RUNS) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def matmul_flops_per_s(n: int = 2048, runs: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # warm-up
+    return 2 * n**3 / median_time(lambda: torch.mm(a, b), runs)
+
+
+def model_flops(lengths: np.ndarray) -> float:
+    """Matmul FLOPs of one encoder forward over histories of ``lengths`` events."""
+    lengths = lengths.astype(np.float64)
+    linear = 2 * lengths.sum() * (4 + 2 * FFN_MULT) * D_MODEL**2
+    attention = 4 * D_MODEL * (lengths**2).sum()
+    return N_LAYERS * (linear + attention)
+
+
+def padded_lengths(lengths: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """Every history padded to its batch's longest, as the length-sorted batches run it."""
+    order = np.sort(lengths)
+    widths = [order[i : i + batch_size].max() for i in range(0, len(order), batch_size)]
+    return np.repeat(
+        widths, [len(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
+    )
+
+
+def peak_rss_mb(bundle: Path, events: Path, output: Path) -> float:
+    """Peak RSS of an export in a fresh process."""
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork + exec from the (large) parent.
+    code = (
+        "import sys; from seqenc.export import export_embeddings; "
+        "export_embeddings(sys.argv[1], sys.argv[2], sys.argv[3], accelerator='cpu', "
+        f"chunk_events={RSS_CHUNK_EVENTS}, progress=False); "
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(bundle), str(events), str(output)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(run.stdout.strip().splitlines()[-1]) / 1024
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-encode-"))
+    schema = EventSchema()
+    events = generate_events(N_ENTITIES, N_ITEMS, seed=0)
+    store, vocabs = build_sequences(events, schema, max_len=MAX_LEN)
+    config = EncoderConfig(
+        n_items=len(vocabs.item),
+        d_model=D_MODEL,
+        n_layers=N_LAYERS,
+        n_heads=N_HEADS,
+        ffn_mult=FFN_MULT,
+        max_len=MAX_LEN + 1,
+        causal=True,
+    )
+    bundle = save_bundle(tmp / "bundle", SequenceEncoder(config), vocabs, schema, max_len=MAX_LEN)
+    small = replace(config, d_model=RSS_D_MODEL, n_layers=1)
+    rss_bundle = save_bundle(tmp / "small", SequenceEncoder(small), vocabs, schema, max_len=MAX_LEN)
+    encoder = load_encoder(bundle, "cpu")
+    n_events, flops = store.n_events, model_flops(store.lengths)
+    executed = model_flops(padded_lengths(store.lengths))
+    peak = matmul_flops_per_s()
+
+    encoder.encode(events.head(2000))  # warm-up
+    t_encode = median_time(lambda: encoder.encode(events))
+    events_path = tmp / "events.parquet"
+    events.to_parquet(events_path)
+    t_export = median_time(
+        lambda: export_embeddings(
+            bundle, events_path, tmp / "emb.parquet", accelerator="cpu", progress=False
+        )
+    )
+
+    rss = []
+    for n in RSS_ENTITIES:
+        path = tmp / f"events-{n}.parquet"
+        log = generate_events(n, N_ITEMS, seed=1)
+        log.to_parquet(path, row_group_size=100_000)  # readers decode a row group at a time
+        rss.append((n, len(log), peak_rss_mb(rss_bundle, path, tmp / f"emb-{n}.parquet")))
+
+    rows = [
+        ("encode() in memory", t_encode),
+        ("export Parquet → Parquet", t_export),
+    ]
+    lines = [
+        "# Encode and export throughput",
+        "",
+        f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`  ",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}  ",
+        f"Machine: {cpu_name()}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
+        f"with {torch.get_num_threads()} threads, Python {platform.python_version()} "
+        "(a shared machine: other jobs may run at the same time)",
+        "",
+        f"Model: causal encoder d={D_MODEL}, {N_LAYERS} layers, {N_HEADS} heads, FFN {FFN_MULT}d, "
+        f"max_len {MAX_LEN}, random weights, CPU float32, batch size 256. Data: synthetic log, "
+        f"{N_ENTITIES} entities, {len(events):,} events ({n_events:,} within max_len), "
+        f"{N_ITEMS} items. Median of {RUNS} runs.",
+        "",
+        f"Dense float32 matmul (torch.mm 2048×2048, median of 5): {peak / 1e9:.1f} GFLOP/s. Model "
+        f"FLOPs counted on real events: {flops / 1e9:.1f} GFLOP per pass "
+        f"(2·L·12·d² linear + 4·d·L² attention, per layer); {executed / 1e9:.1f} GFLOP including "
+        "the padding of length-sorted batches of 256.",
+        "",
+        "| path | seconds | events/s | entities/s | useful GFLOP/s (share of matmul peak) "
+        "| executed GFLOP/s incl. padding (share) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, seconds in rows:
+        lines.append(
+            f"| {name} | {seconds:.2f} | {n_events / seconds:,.0f} | {N_ENTITIES / seconds:,.0f} "
+            f"| {flops / seconds / 1e9:.1f} ({flops / seconds / peak:.0%}) "
+            f"| {executed / seconds / 1e9:.1f} ({executed / seconds / peak:.0%}) |"
+        )
+    lines += [
+        "",
+        f"Peak RSS of an export (own process, d={RSS_D_MODEL} 1-layer model, "
+        f"chunk_events={RSS_CHUNK_EVENTS:,}; includes Python, torch and Lightning):",
+        "",
+        "| entities | events | peak RSS (MiB) |",
+        "|---:|---:|---:|",
+        *[f"| {n:,} | {e:,} | {mb:,.0f} |" for n, e, mb in rss],
+        "",
+        f"Peak RSS ratio for 10× the entities: {rss[1][2] / rss[0][2]:.2f}.",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(text)
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

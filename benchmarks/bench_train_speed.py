@@ -1,0 +1,254 @@
+"""ml-1m training speed on this CPU: SDPA fp32 / SDPA bf16 autocast / naive attention / naive loss.
+
+    .venv/bin/python benchmarks/bench_train_speed.py [--batches 3] [--repeats 3]
+
+Config: causal (SASRec), 2 layers, d=64, 2 heads, max_len 200, batch 128, full-softmax CE, AdamW.
+Data: ``ml-1m_sequences.parquet`` from the shared data folder, read directly with pyarrow. Each user's
+last 2 items are left out; the rest is one training sequence (inputs = its last <=200 events before
+the final one, next-item targets at every position). Batches are length-bucketed (sorted by length
+within shuffled mega-batches of 32 batches). One epoch = one pass over the 6,040 users (48 batches).
+
+A fixed sample of ``--batches`` batches (one per width stratum) is timed per repeat,
+repeats of every variant interleaved (round robin) so that load from other users of the machine hits
+all variants alike; s/epoch is extrapolated by padded tokens (compute grows with batch width).
+The naive attention baseline lives only here and is swapped in by patching the module attribute.
+Writes ``benchmarks/results/train_speed.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+import torch.nn.functional as F
+
+import seqenc.model.attention as attention_module
+from seqenc.data.batches import Batch
+from seqenc.data.vocab import N_SPECIAL
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.losses import full_softmax_ce
+from seqenc.model.masking import next_item_targets
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH, MAX_LEN, MEGA = 128, 200, 32
+
+
+def shared_data() -> Path:
+    return Path(os.environ.get("SEQENC_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def load_train_sequences(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """(flat item ids from 3, per-user offsets, n_items incl. specials), last 2 items per user dropped."""
+    table = pq.read_table(path, columns=["user_id", "item_id", "position"])
+    users, items, positions = (table[c].to_numpy() for c in ("user_id", "item_id", "position"))
+    order = np.lexsort((positions, users))
+    users, items = users[order], items[order]
+    vocab, item_ids = np.unique(items, return_inverse=True)
+    item_ids = item_ids.astype(np.int64) + N_SPECIAL
+    _, counts = np.unique(users, return_counts=True)
+    ends = np.cumsum(counts)
+    keep = np.ones(len(items), dtype=bool)
+    keep[ends - 1] = keep[ends - 2] = False  # leave out each user's last 2 items
+    offsets = np.concatenate([[0], np.cumsum(counts - 2)])
+    return item_ids[keep], offsets, len(vocab) + N_SPECIAL
+
+
+def make_batches(
+    items: np.ndarray, offsets: np.ndarray, seed: int = 0
+) -> list[tuple[Batch, torch.Tensor]]:
+    """Length-bucketed (batch, next-item labels) pairs covering every user once."""
+    rng = np.random.default_rng(seed)
+    ends = offsets[1:] - 1  # the last train item is the final target
+    starts = np.maximum(offsets[:-1], ends - MAX_LEN)
+    lengths = ends - starts
+    order = rng.permutation(len(lengths))
+    chunks = [order[i : i + BATCH * MEGA] for i in range(0, len(order), BATCH * MEGA)]
+    order = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in chunks])
+    groups = [order[i : i + BATCH] for i in range(0, len(order), BATCH)]
+    batches = []
+    for g in (groups[i] for i in rng.permutation(len(groups))):
+        width = int(lengths[g].max())
+        positions = np.arange(width)
+        valid = positions[None, :] < lengths[g][:, None]
+        ids = torch.from_numpy(
+            np.where(valid, items[np.where(valid, starts[g][:, None] + positions, 0)], 0)
+        )
+        batch = Batch(
+            items=ids,
+            lengths=torch.from_numpy(lengths[g]),
+            dt_prev=torch.zeros(len(g), width),
+            dt_ref=torch.zeros(len(g), width),
+            categorical=torch.zeros(len(g), width, 0, dtype=torch.int64),
+            numeric=torch.zeros(len(g), width, 0),
+            index=torch.from_numpy(g),
+        )
+        labels = next_item_targets(batch.items, batch.lengths, torch.from_numpy(items[ends[g]]))
+        batches.append((batch, labels.flatten()))
+    return batches
+
+
+def naive_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """softmax(QK^T / sqrt(d) + mask) V, materialising the [B, H, L, L] scores (the baseline)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    length = q.shape[-2]
+    if is_causal:
+        future = torch.ones(length, length, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def naive_ce(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Materialised [N, n_real] logits + F.cross_entropy (the loss baseline)."""
+    keep = targets >= N_SPECIAL
+    return F.cross_entropy(hidden[keep] @ weight[N_SPECIAL:].T, targets[keep] - N_SPECIAL)
+
+
+@contextlib.contextmanager
+def attention(fn: Callable[..., torch.Tensor] | None) -> Iterator[None]:
+    """Swap the attention function used by seqenc.model.attention (None: keep SDPA)."""
+    original = attention_module.scaled_dot_product_attention
+    attention_module.scaled_dot_product_attention = fn or original
+    try:
+        yield
+    finally:
+        attention_module.scaled_dot_product_attention = original
+
+
+VARIANTS = {
+    "SDPA fp32, fused CE": {"bf16": False, "attn": None, "loss": full_softmax_ce},
+    "SDPA bf16 autocast, fused CE": {"bf16": True, "attn": None, "loss": full_softmax_ce},
+    "naive attention fp32, fused CE": {"bf16": False, "attn": naive_sdpa, "loss": full_softmax_ce},
+    "SDPA fp32, naive CE (materialised logits)": {"bf16": False, "attn": None, "loss": naive_ce},
+}
+
+
+def time_variant(variant: dict, n_items: int, sample: list[tuple[Batch, torch.Tensor]]) -> float:
+    """Seconds to train on ``sample`` with a fresh model, after one untimed step on its widest batch."""
+    torch.manual_seed(0)
+    config = EncoderConfig(
+        n_items=n_items, d_model=64, n_layers=2, n_heads=2, max_len=MAX_LEN, time=False, causal=True
+    )
+    model = SequenceEncoder(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(batch: Batch, labels: torch.Tensor) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant["bf16"]):
+            hidden = model(batch).flatten(0, 1)
+            loss = variant["loss"](hidden, model.item_embedding.weight, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    with attention(variant["attn"]):
+        step(*max(sample, key=lambda pair: pair[0].items.shape[1]))
+        start = time.perf_counter()
+        for batch, labels in sample:
+            step(batch, labels)
+        return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=3, help="timed batches per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "train_speed.md"
+    )
+    args = parser.parse_args()
+    path = shared_data() / "ml-1m" / "ml-1m_sequences.parquet"
+    if not path.exists():
+        print(f"skipped: {path} not found (set SEQENC_SHARED_DATA)")
+        return 0
+    items, offsets, n_items = load_train_sequences(path)
+    epoch = make_batches(items, offsets)
+    by_width = sorted(epoch, key=lambda pair: pair[0].items.shape[1])
+    picks = ((np.arange(args.batches) + 0.5) / args.batches * len(by_width)).astype(int)  # strata
+    sample = [by_width[i] for i in picks]
+
+    def slots(batches: list[tuple[Batch, torch.Tensor]]) -> int:
+        return sum(b.items.numel() for b, _ in batches)
+
+    def real(batches: list[tuple[Batch, torch.Tensor]]) -> int:
+        return sum(int(b.lengths.sum()) for b, _ in batches)
+
+    scale = slots(epoch) / slots(sample)  # epoch time ≈ sample time × padded-token ratio
+    load_before = os.getloadavg()[0]
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _ in range(args.repeats):
+        for name, variant in VARIANTS.items():
+            times[name].append(time_variant(variant, n_items, sample))
+            print(f"{name}: {times[name][-1]:.2f} s for {len(sample)} batches", file=sys.stderr)
+
+    load_after = os.getloadavg()[0]
+    baseline = statistics.median(times["SDPA fp32, fused CE"])
+    rows = []
+    for name, measured in times.items():
+        seconds = statistics.median(measured)
+        epoch_s = seconds * scale
+        rows.append(
+            f"| {name} | {epoch_s:.1f} | {(len(offsets) - 1) / epoch_s:,.0f} | "
+            f"{real(epoch) / epoch_s:,.0f} | {seconds / len(sample) * 1000:.0f} | "
+            f"{baseline / seconds:.2f}× | {', '.join(f'{t:.2f}' for t in measured)} |"
+        )
+    command = "python benchmarks/bench_train_speed.py " + " ".join(sys.argv[1:])
+    flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
+    report = "\n".join(
+        [
+            "# Training speed on ml-1m (CPU)",
+            "",
+            f"- command: `{command.strip()}`",
+            f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            f"- machine: {platform.machine()}, {os.cpu_count()} logical cores, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, CPU flags: {', '.join(isa) or 'none of avx2/avx512/amx'}",
+            f"- data: ml-1m, {len(offsets) - 1:,} users, {n_items - N_SPECIAL:,} items, last 2 items per user "
+            f"left out; one epoch = {len(epoch)} batches of {BATCH}, {real(epoch):,} real tokens "
+            f"({slots(epoch):,} padded slots)",
+            "- model: causal, 2 layers, d=64, 2 heads, max_len 200, dropout 0.2, learned positions, no time "
+            "features (the file has no timestamps); loss: full softmax CE over all items; AdamW",
+            f"- timing: {len(sample)} fixed batches (widths {sample[0][0].items.shape[1]}…"
+            f"{sample[-1][0].items.shape[1]}) per repeat, median of {args.repeats} interleaved repeats, "
+            "forward + loss + backward + AdamW step; s/epoch extrapolated by padded tokens",
+            "- the 2 cores are shared with other people working on the machine at the same time, so "
+            "absolute numbers are noisy (see the per-repeat times); ratios within one run are more reliable; "
+            f"1-min load average {load_before:.1f} before, {load_after:.1f} after the timing",
+            "- bf16 autocast is slow here: without avx512_bf16 / AMX the CPU emulates bf16 matmuls; "
+            "it pays off on CPUs that have them and on GPUs"
+            if not {"avx512_bf16", "amx_bf16"} & set(isa)
+            else "- the CPU has native bf16 instructions",
+            "",
+            "| variant | s/epoch | sequences/s | real tokens/s | ms/batch | speed vs SDPA fp32 | repeats (s) |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The LightningDataModule: an event log → leave-one-out train / val / test loaders, and predict."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+
+from seqenc.data.batches import Batch, collate
+from seqenc.data.loaders import load_dataset
+from seqenc.data.sampling import BucketBatchSampler
+from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import SequenceStore, build_sequences
+from seqenc.data.split import SequenceView, full_view, leave_one_out
+from seqenc.data.vocab import Vocabularies
+
+
+class ViewDataset(Dataset):
+    """Indexed by a whole index array: ``dataset[idx]`` is one collated :class:`Batch`."""
+
+    def __init__(self, view: SequenceView, max_len: int, with_seen: bool) -> None:
+        self.view, self.max_len, self.with_seen = view, max_len, with_seen
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, idx: np.ndarray) -> Batch:
+        return collate(self.view, idx, self.max_len, with_seen=self.with_seen)
+
+
+class SequenceDataModule(pl.LightningDataModule):
+    """Event log → per-entity sequences → leave-one-out splits → length-bucketed padded batches.
+
+    Args:
+        path: the event log: a Parquet/CSV file, a list or glob of them, or a directory; in Python
+            also a pandas DataFrame or pyarrow Table.
+        format: ``"events"`` (a generic log read with ``schema``) or a loader format of
+            :func:`seqenc.data.loaders.load_dataset` (``"movielens"``, ``"movielens-latest"``,
+            ``"sasrec"``, ``"ml1m-sequences"``, ``"auto"``).
+        schema: column names for ``format="events"``.
+        max_len: events per history fed to the model (the newest ones); a training window holds
+            ``max_len + 1`` events for the causal objective's shifted targets.
+        min_len: entities with fewer events are left out of the splits.
+        min_count: items seen fewer times map to UNK.
+        batch_size, eval_batch_size: samples per training / evaluation batch.
+        bucket_factor: batches per length-sorted mega-batch (see :class:`BucketBatchSampler`).
+        num_workers: DataLoader worker processes.
+        seed: the batch order depends only on this and the epoch.
+    """
+
+    def __init__(
+        self,
+        path: str | list[str],
+        format: str = "events",
+        schema: EventSchema | None = None,
+        max_len: int = 200,
+        min_len: int = 3,
+        min_count: int = 1,
+        batch_size: int = 128,
+        eval_batch_size: int = 256,
+        bucket_factor: int = 50,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.path, self.format, self.schema = path, format, schema or EventSchema()
+        self.max_len, self.min_len, self.min_count = max_len, min_len, min_count
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
+
+    @cached_property
+    def _events(self) -> tuple[Any, EventSchema]:
+        if self.format == "events":
+            return self.path, self.schema
+        events = load_dataset(self.path, self.format)
+        return events, EventSchema(timestamp="timestamp" if "timestamp" in events.columns else None)
+
+    @property
+    def schema_used(self) -> EventSchema:
+        """The schema the log was read with (derived from the loader for non-generic formats)."""
+        return self._events[1]
+
+    @cached_property
+    def _built(self) -> tuple[SequenceStore, Vocabularies]:
+        events, schema = self._events
+        return build_sequences(events, schema, max_len=None, min_count=self.min_count)
+
+    @property
+    def store(self) -> SequenceStore:
+        return self._built[0]
+
+    @property
+    def vocabs(self) -> Vocabularies:
+        return self._built[1]
+
+    @cached_property
+    def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
+        """(train, val, test) leave-one-out views."""
+        return leave_one_out(self.store, min_len=self.min_len)
+
+    @property
+    def model_inputs(self) -> dict[str, Any]:
+        """What the model must know of the data: vocabulary sizes, feature counts, time."""
+        return {
+            "n_items": len(self.vocabs.item),
+            "categorical_sizes": [len(self.vocabs.categorical[c]) for c in self.store.categorical],
+            "n_numeric": len(self.store.numeric),
+            "has_time": bool(self.store.has_time),
+        }
+
+    def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
+        trainer = self.trainer
+        sampler = BucketBatchSampler(
+            view.lengths,
+            self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            seed=self.seed,
+            bucket_factor=self.bucket_factor,
+            rank=trainer.global_rank if trainer else 0,
+            world_size=trainer.world_size if trainer else 1,
+            even_shards=train,
+        )
+        # Training windows hold one extra event: the causal objective's shifted target.
+        max_len = self.max_len + 1 if train else self.max_len
+        return DataLoader(
+            ViewDataset(view, max_len, with_seen),
+            sampler=sampler,
+            batch_size=None,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        train = self.splits[0]
+        keep = train.lengths >= 2  # a one-event window holds no next-item target
+        return self._loader(
+            SequenceView(train.store, train.rows[keep], train.starts[keep], train.ends[keep]),
+            train=True,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.splits[1], train=False, with_seen=True)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.splits[2], train=False, with_seen=True)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(full_view(self.store), train=False)

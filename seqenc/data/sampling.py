@@ -1,0 +1,92 @@
+"""Length-bucketed batch sampling, sharded across distributed ranks.
+
+Short histories are batched with short ones so that a batch is padded only to its own longest row,
+not to ``max_len``: samples are shuffled, cut into mega-batches of ``bucket_factor`` batches, sorted by
+length inside each mega-batch, cut into batches, and the batches shuffled again. The sampler yields
+whole index arrays, so the Dataset builds a batch in one vectorized call (no per-sample Python).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+
+class BucketBatchSampler:
+    """Yields ``np.ndarray`` index batches of at most ``batch_size`` samples.
+
+    Args:
+        lengths: length of every sample (what a batch is padded to).
+        batch_size: samples per batch.
+        shuffle: shuffle samples and batches (training); otherwise batches follow sorted length.
+        seed: base seed; the order depends only on ``seed`` and the epoch set by :meth:`set_epoch`.
+        bucket_factor: batches per length-sorted mega-batch (1 = no bucketing when shuffling).
+        rank, world_size: this process's shard; every rank gets the same number of batches when
+            ``even_shards`` (training, so DDP never waits on a missing batch) and disjoint batches
+            covering every sample exactly once otherwise (prediction).
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        bucket_factor: int = 50,
+        rank: int = 0,
+        world_size: int = 1,
+        even_shards: bool = True,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.bucket_factor = max(1, bucket_factor)
+        self.rank = rank
+        self.world_size = world_size
+        self.even_shards = even_shards
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning before every epoch so each epoch has its own order."""
+        self.epoch = epoch
+
+    def _batches(self) -> list[np.ndarray]:
+        n = len(self.lengths)
+        if not self.shuffle:
+            order = np.argsort(self.lengths, kind="stable")
+            return [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(n)
+        mega = self.batch_size * self.bucket_factor
+        batches = []
+        for i in range(0, n, mega):
+            chunk = order[i : i + mega]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches += [
+                chunk[j : j + self.batch_size] for j in range(0, len(chunk), self.batch_size)
+            ]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _shard(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        if self.even_shards:
+            per_rank = len(batches) // self.world_size
+            return batches[self.rank : per_rank * self.world_size : self.world_size]
+        return batches[self.rank :: self.world_size]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self._shard(self._batches()))
+
+    def __len__(self) -> int:
+        n = len(self.lengths)
+        if self.shuffle:
+            full, rest = divmod(n, self.batch_size * self.bucket_factor)
+            n_batches = full * self.bucket_factor + -(-rest // self.batch_size)
+        else:
+            n_batches = -(-n // self.batch_size)
+        if self.even_shards:
+            return n_batches // self.world_size
+        return len(range(self.rank, n_batches, self.world_size))

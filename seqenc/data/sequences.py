@@ -1,0 +1,200 @@
+"""Per-entity event sequences stored jagged, the way an Arrow ListArray is.
+
+One flat values array per field plus one ``offsets`` array: entity ``i`` owns events
+``offsets[i]:offsets[i + 1]``, oldest first. No Python object per event or per entity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
+from seqenc.data.schema import EventSchema
+from seqenc.data.vocab import UNK, Vocabularies
+from seqenc.errors import SeqencError
+
+
+@dataclass
+class SequenceStore:
+    """Jagged event histories of many entities.
+
+    Attributes:
+        entity_ids: one id per entity (original type), sorted ascending.
+        offsets: ``[n_entities + 1]`` int64 event offsets.
+        items: ``[n_events]`` int64 item vocabulary ids.
+        timestamps: ``[n_events]`` float64 event times in epoch seconds (all 0 without times).
+        dt_prev: ``[n_events]`` float32 seconds since the entity's previous event (0 for its first).
+        dt_ref: ``[n_events]`` float32 seconds from the event to the reference time: the entity's last
+            event, or the ``as_of`` time given when building.
+        categorical: column name → ``[n_events]`` int64 vocabulary ids.
+        numeric: column name → ``[n_events]`` float32 values.
+        has_time: whether the log had real timestamps.
+        n_unknown_items: events whose item was not in the vocabulary (mapped to UNK).
+    """
+
+    entity_ids: pa.Array
+    offsets: np.ndarray
+    items: np.ndarray
+    timestamps: np.ndarray
+    dt_prev: np.ndarray
+    dt_ref: np.ndarray
+    categorical: dict[str, np.ndarray] = field(default_factory=dict)
+    numeric: dict[str, np.ndarray] = field(default_factory=dict)
+    has_time: bool = True
+    n_unknown_items: int = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``[n_entities]`` int64 events per entity."""
+        return np.diff(self.offsets)
+
+    @property
+    def n_events(self) -> int:
+        return int(self.offsets[-1])
+
+
+def build_sequences(
+    events: Source,
+    schema: EventSchema = DEFAULT_SCHEMA,
+    *,
+    max_len: int | None = 512,
+    as_of: object = None,
+    vocabs: Vocabularies | None = None,
+    min_count: int = 1,
+) -> tuple[SequenceStore, Vocabularies]:
+    """Group an event log into per-entity, time-ordered, vocabulary-encoded histories.
+
+    Args:
+        events: anything :func:`~seqenc.data.events.read_events` accepts.
+        schema: the log's columns.
+        max_len: keep only each entity's newest ``max_len`` events (``None``: keep all).
+        as_of: point-in-time cut (datetime, ISO string, ``pd.Timestamp`` or epoch seconds): events
+            later than it are dropped, so a history "as of T" never sees the future; entities
+            with no event left are left out. It is also the reference time of ``dt_ref``.
+        vocabs: vocabularies to encode with (inference: unseen items and categories become UNK,
+            counted in ``n_unknown_items``); ``None`` fits new ones on these events after the
+            ``as_of`` cut (training).
+        min_count: when fitting, items seen fewer times map to UNK.
+
+    Ordering: entities by ascending id; events by time, and events with equal times (including
+    exact duplicates) keep their input order. Without a timestamp column the input order is the
+    event order and every time field is 0.
+
+    Time deltas: ``dt_prev`` is the gap to the entity's previous event in its full history up
+    to ``as_of`` (so the first event of a truncated window still knows its gap; 0 only for the
+    entity's very first event); ``dt_ref`` is the reference time minus the event time, the
+    reference being ``as_of`` when given, else the entity's last event.
+
+    Returns:
+        ``(store, vocabs)``: the histories and the vocabularies used (fitted or given).
+    """
+    if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 1):
+        raise SeqencError(f"max_len must be a positive integer or None, got {max_len!r}")
+    table = read_events(events, schema)
+    has_time = schema.timestamp is not None
+    ref_time = None
+    if as_of is not None:
+        if not has_time:
+            raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
+        ref_time = epoch_seconds(as_of)
+        table = table.filter(pc.less_equal(table[schema.timestamp], ref_time))
+    if vocabs is None:
+        vocabs = Vocabularies.fit(table, schema, min_count)
+    missing = [c for c in schema.categorical if c not in vocabs.categorical]
+    if missing:
+        raise SeqencError(
+            f"no vocabulary for categorical column(s) {missing}; "
+            f"the vocabularies cover {sorted(vocabs.categorical)}"
+        )
+
+    codes, entity_ids = _entity_codes(table[schema.entity])
+    n_events, n_entities = len(codes), len(entity_ids)
+    times = table[schema.timestamp].to_numpy() if has_time else np.zeros(n_events)
+    order = _stable_order(codes, times if has_time else None, n_entities)
+    codes, times = codes[order], times[order]
+
+    full_lengths = np.bincount(codes, minlength=n_entities)
+    full_ends = np.cumsum(full_lengths)
+    full_starts = full_ends - full_lengths
+    keep = np.ones(n_events, dtype=bool)
+    if max_len is not None:
+        keep = full_ends[codes] - np.arange(n_events) <= max_len  # rank from the end < max_len
+    kept = order[keep]
+
+    dt_prev = np.zeros(n_events, dtype=np.float64)
+    dt_prev[1:] = np.diff(times)
+    dt_prev[full_starts] = 0.0
+    if ref_time is None:
+        ref_time = times[full_ends - 1][codes] if n_events else times
+    dt_ref = ref_time - times
+
+    items = vocabs.item.encode(table[schema.item])[0][kept]
+    lengths = full_lengths if max_len is None else np.minimum(full_lengths, max_len)
+    store = SequenceStore(
+        entity_ids=entity_ids,
+        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        items=items,
+        timestamps=times[keep],
+        dt_prev=dt_prev[keep].astype(np.float32),
+        dt_ref=dt_ref[keep].astype(np.float32),
+        categorical={
+            c: vocabs.categorical[c].encode(table[c])[0][kept] for c in schema.categorical
+        },
+        numeric={c: table[c].to_numpy()[kept] for c in schema.numeric},
+        has_time=has_time,
+        n_unknown_items=int(np.count_nonzero(items == UNK)),
+    )
+    return store, vocabs
+
+
+def _entity_codes(ids: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """``(codes, uniques)``: dense int64 codes that rank ``ids`` ascending, and the sorted uniques."""
+    if pa.types.is_integer(ids.type):
+        codes, uniques = pd.factorize(ids.to_numpy())
+        uniques = pa.array(uniques, type=ids.type)
+    else:
+        encoded = pc.dictionary_encode(ids.combine_chunks())
+        codes, uniques = encoded.indices.to_numpy().astype(np.int64), encoded.dictionary
+    sorter = pc.sort_indices(uniques).to_numpy()
+    rank = np.empty(len(sorter), dtype=np.int64)
+    rank[sorter] = np.arange(len(sorter))
+    return rank[codes], uniques.take(pa.array(sorter))
+
+
+def _stable_order(codes: np.ndarray, times: np.ndarray | None, n_entities: int) -> np.ndarray:
+    """Permutation sorting events by (entity code, time); equal keys keep their input order.
+
+    An LSD radix sort, 16 bits a pass (numpy's stable argsort of uint16 is a radix sort), on one
+    int64 key ``code * time_span + time`` when times are whole seconds; otherwise a stable
+    comparison sort by time followed by the radix passes over the codes.
+    """
+    step = np.diff(codes)
+    ordered = step >= 0 if times is None else (step > 0) | ((step == 0) & (np.diff(times) >= 0))
+    if ordered.all():  # logs are often written grouped and in time order already
+        return np.arange(len(codes))
+    if times is None:
+        return _radix_order(codes, np.arange(len(codes)))
+    offset = times - times.min()
+    span = float(offset.max()) + 1
+    if n_entities * span < 2**62 and (offset == np.floor(offset)).all():
+        return _radix_order(codes * int(span) + offset.astype(np.int64), np.arange(len(codes)))
+    return _radix_order(codes, np.argsort(times, kind="stable"))
+
+
+def _radix_order(key: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Refine ``order`` into a stable sort by the non-negative int64 ``key`` (LSD radix)."""
+    shift = 0
+    top = int(key.max())
+    while top >> shift:
+        digit = ((key[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order

@@ -1,0 +1,79 @@
+"""Training / evaluation samples as index ranges over a :class:`SequenceStore` (no copies)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqenc.data.sequences import SequenceStore
+from seqenc.errors import SeqencError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SequenceView:
+    """Samples over a store: sample j = events [starts[j], ends[j]) of entity rows[j].
+
+    Attributes:
+        store: the store the indices point into.
+        rows: ``[n]`` int64 entity row of each sample.
+        starts: ``[n]`` int64 absolute event index (into the store's arrays), inclusive.
+        ends: ``[n]`` int64 absolute event index, exclusive.
+        targets: ``[n]`` int64 absolute event index of the held-out target event, or ``None``
+            (training on the whole window, or inference).
+    """
+
+    store: SequenceStore
+    rows: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    targets: np.ndarray | None = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``[n]`` int64 input events per sample."""
+        return self.ends - self.starts
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def full_view(store: SequenceStore) -> SequenceView:
+    """Every entity's whole history, no target (inference / embedding export)."""
+    offsets = store.offsets.astype(np.int64)
+    return SequenceView(store, np.arange(len(store), dtype=np.int64), offsets[:-1], offsets[1:])
+
+
+def leave_one_out(
+    store: SequenceStore, min_len: int = 3
+) -> tuple[SequenceView, SequenceView, SequenceView]:
+    """The standard next-item split (SASRec / BERT4Rec): ``(train, val, test)``.
+
+    Per entity with events ``e_0 … e_{n-1}``:
+
+    - train: input ``e_0 … e_{n-3}``, no separate target (each event is the next one's target);
+    - val: the same input, target ``e_{n-2}``;
+    - test: input ``e_0 … e_{n-2}``, target ``e_{n-1}``.
+
+    Entities with fewer than ``min_len`` events (at least 3, so training keeps one event) are
+    dropped; their number is logged at INFO level.
+    """
+    if not isinstance(min_len, (int, np.integer)) or min_len < 3:
+        raise SeqencError(f"leave_one_out needs min_len >= 3 (train, val, test), got {min_len!r}")
+    offsets = store.offsets.astype(np.int64)
+    rows = np.flatnonzero(store.lengths >= min_len).astype(np.int64)
+    if len(rows) < len(store):
+        log.info(
+            "leave_one_out: dropped %d of %d entities with fewer than %d events",
+            len(store) - len(rows),
+            len(store),
+            min_len,
+        )
+    starts, ends = offsets[rows], offsets[rows + 1]
+    train = SequenceView(store, rows, starts, ends - 2)
+    val = SequenceView(store, rows, starts, ends - 2, targets=ends - 2)
+    test = SequenceView(store, rows, starts, ends - 1, targets=ends - 1)
+    return train, val, test

@@ -1,0 +1,331 @@
+"""The Python API: a model bundle → one embedding per entity of an event log, and item recommendations.
+
+>>> enc = load_encoder("runs/quickstart/.../bundle")          # doctest: +SKIP
+>>> df = enc.encode(events, as_of="2024-06-01")                # doctest: +SKIP
+
+Events go through the same path as training (:func:`~seqenc.data.sequences.build_sequences` with the
+bundle's schema, vocabularies and ``max_len``): items the model never saw become UNK (counted and
+logged, never an error). Entities are batched by history length (:class:`BucketBatchSampler`, no
+shuffle) and the results scattered back, so an entity's embedding does not depend on which other
+entities are in the call or on the batch size (up to float rounding), and the model runs in eval mode
+under ``torch.inference_mode`` (no dropout): two calls give identical results. On CUDA the encoder
+runs under bf16 autocast; embeddings are always returned as float32.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from seqenc.bundle import BundleMeta, load_bundle
+from seqenc.data.batches import Batch, collate
+from seqenc.data.events import Source, read_events
+from seqenc.data.sampling import BucketBatchSampler
+from seqenc.data.sequences import SequenceStore, build_sequences
+from seqenc.data.split import full_view
+from seqenc.data.vocab import N_SPECIAL, Vocabularies
+from seqenc.errors import SeqencError
+from seqenc.model.encoder import SequenceEncoder
+
+log = logging.getLogger(__name__)
+OUTPUTS = ("pandas", "numpy", "torch", "arrow")
+ON_EMPTY = ("raise", "skip")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks shared with seqenc.export
+
+
+def sequences(
+    events: Source,
+    meta: BundleMeta,
+    vocabs: Vocabularies,
+    as_of: object = None,
+    on_empty: str = "raise",
+    max_len: int | None = None,
+) -> tuple[SequenceStore, int]:
+    """``(store, n_skipped)``: the log's histories encoded with the bundle's vocabularies.
+
+    An entity has no usable events when all of them are later than ``as_of``; ``on_empty="raise"``
+    then raises (naming one such entity), ``"skip"`` leaves it out and counts it in ``n_skipped``.
+    ``max_len`` truncates the stored histories (``None`` keeps them whole).
+    """
+    if on_empty not in ON_EMPTY:
+        raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
+    schema = meta.schema
+    table = read_events(events, schema)
+    store, _ = build_sequences(table, schema, max_len=max_len, as_of=as_of, vocabs=vocabs)
+    entities = pc.unique(table[schema.entity])
+    n_skipped = len(entities) - len(store)
+    if n_skipped and on_empty == "raise":
+        example = entities.filter(pc.invert(pc.is_in(entities, value_set=store.entity_ids)))[0]
+        raise SeqencError(
+            f"{n_skipped} entit{'y has' if n_skipped == 1 else 'ies have'} no event at or before "
+            f"as_of={as_of!r}, e.g. {schema.entity}={example.as_py()!r}; pass on_empty='skip' "
+            "to leave such entities out"
+        )
+    return store, n_skipped
+
+
+def iter_batches(
+    store: SequenceStore,
+    max_len: int,
+    batch_size: int,
+    rank: int = 0,
+    world_size: int = 1,
+    with_seen: bool = False,
+) -> Iterator[Batch]:
+    """Length-sorted batches of whole histories (newest ``max_len`` events); ``Batch.index`` is the
+    store row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
+    cover every entity exactly once."""
+    view = full_view(store)
+    sampler = BucketBatchSampler(
+        view.lengths, batch_size, shuffle=False, rank=rank, world_size=world_size, even_shards=False
+    )
+    for idx in sampler:
+        yield collate(view, idx, max_len, with_seen=with_seen)
+
+
+def embed_batch(encoder: SequenceEncoder, batch: Batch) -> torch.Tensor:
+    """``[B, d]`` float32 entity embeddings (bf16 autocast on CUDA)."""
+    device = batch.items.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        return encoder.entity_embedding(batch).float()
+
+
+def entity_columns(store: SequenceStore, rows: np.ndarray, max_len: int) -> pa.Table:
+    """``entity_id``, ``n_events`` (history length fed to the model) and ``last_event_time`` of
+    store ``rows``; ``last_event_time`` is null when the log has no times."""
+    ends = store.offsets[rows + 1]
+    n_events = np.minimum(ends - store.offsets[rows], max_len).astype(np.int32)
+    time_type = pa.timestamp("us", tz="UTC")
+    if store.has_time:
+        micros = np.round(store.timestamps[np.maximum(ends - 1, 0)] * 1e6).astype(np.int64)
+        last = pa.array(micros, type=pa.int64()).cast(time_type)
+    else:
+        last = pa.nulls(len(rows), time_type)
+    return pa.table(
+        {
+            "entity_id": store.entity_ids.take(pa.array(rows)),
+            "n_events": pa.array(n_events),
+            "last_event_time": last,
+        }
+    )
+
+
+def with_embeddings(columns: pa.Table, embeddings: np.ndarray) -> pa.Table:
+    """Insert ``embedding`` (``fixed_size_list<float32>[d]``) as the second column."""
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    flat = pa.array(embeddings.reshape(-1), type=pa.float32())
+    column = pa.FixedSizeListArray.from_arrays(flat, type=embedding_type(embeddings.shape[1]))
+    return columns.add_column(1, "embedding", column)
+
+
+def embedding_type(dim: int) -> pa.DataType:
+    """``fixed_size_list<float32>[dim]``: one embedding per row."""
+    return pa.list_(pa.float32(), dim)
+
+
+def file_metadata(meta: BundleMeta, as_of: object) -> dict[str, str]:
+    """Key-value metadata written with every embedding table and Parquet file."""
+    return {
+        "seqenc.model": meta.name,
+        "seqenc.version": meta.seqenc_version,
+        "seqenc.config_hash": meta.config_hash,
+        "seqenc.weights_sha256": meta.weights_sha256,
+        "seqenc.dim": str(meta.dim),
+        "seqenc.as_of": "" if as_of is None else str(as_of),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+@dataclass
+class Embeddings:
+    """``encode(..., output="numpy" | "torch")``: row ``i`` of every field is one entity.
+
+    Attributes:
+        entity_ids: original ids (int64 or object array of str), ascending.
+        embeddings: ``[n, d]`` float32 (numpy array or torch tensor).
+        n_events: events of each history fed to the model.
+        last_event_time: ``datetime64[us]`` UTC of each entity's last event (NaT without times).
+        n_unknown_items: events whose item the model never saw (encoded as UNK).
+        n_skipped: entities left out for having no event at or before ``as_of``.
+    """
+
+    entity_ids: np.ndarray
+    embeddings: np.ndarray | torch.Tensor
+    n_events: np.ndarray
+    last_event_time: np.ndarray
+    n_unknown_items: int
+    n_skipped: int
+
+
+class Encoder:
+    """A loaded bundle on a device; see :func:`load_encoder`."""
+
+    def __init__(
+        self, model: SequenceEncoder, meta: BundleMeta, vocabs: Vocabularies, device: torch.device
+    ) -> None:
+        self.model, self.meta, self.vocabs, self.device = (
+            model.to(device).eval(),
+            meta,
+            vocabs,
+            device,
+        )
+
+    @property
+    def dim(self) -> int:
+        return self.meta.dim
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return f"Encoder(name={m.name!r}, objective={m.objective!r}, dim={m.dim}, device={self.device})"
+
+    def _report(self, store: SequenceStore, n_skipped: int) -> None:
+        if store.n_unknown_items:
+            log.warning(
+                "%d of %d events have items unknown to the model (encoded as UNK)",
+                store.n_unknown_items,
+                store.n_events,
+            )
+        if n_skipped:
+            log.warning("skipped %d entities with no event at or before as_of", n_skipped)
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        events: Source,
+        as_of: object = None,
+        batch_size: int = 256,
+        output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
+        on_empty: Literal["raise", "skip"] = "raise",
+    ) -> pd.DataFrame | pa.Table | Embeddings:
+        """One embedding per entity of ``events``, entities in ascending id order.
+
+        Args:
+            events: a DataFrame, Arrow table, or Parquet/CSV path(s) / glob, with the bundle's columns.
+            as_of: only events at or before this time are used; it is also the reference time for
+                recency features (default: each entity's last event).
+            batch_size: histories per forward pass (does not change the result).
+            output: ``"pandas"`` (columns ``entity_id``, ``embedding`` (float32 arrays),
+                ``n_events``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
+                columns as the Parquet export, counts in the schema metadata), ``"numpy"`` or
+                ``"torch"`` (an :class:`Embeddings`).
+            on_empty: what to do with an entity whose events all lie after ``as_of``.
+        """
+        if output not in OUTPUTS:
+            raise SeqencError(f"output must be one of {OUTPUTS}, got {output!r}")
+        max_len = self.meta.max_len
+        store, n_skipped = sequences(events, self.meta, self.vocabs, as_of, on_empty, max_len)
+        self._report(store, n_skipped)
+        out = np.zeros((len(store), self.dim), dtype=np.float32)
+        for batch in iter_batches(store, max_len, batch_size):
+            out[batch.index.numpy()] = embed_batch(self.model, batch.to(self.device)).cpu().numpy()
+        columns = entity_columns(store, np.arange(len(store)), max_len)
+        counts = {"n_unknown_items": store.n_unknown_items, "n_skipped": n_skipped}
+        if output in ("numpy", "torch"):
+            return Embeddings(
+                entity_ids=columns["entity_id"].to_numpy(zero_copy_only=False),
+                embeddings=torch.from_numpy(out) if output == "torch" else out,
+                n_events=columns["n_events"].to_numpy(),
+                last_event_time=columns["last_event_time"].cast(pa.timestamp("us")).to_numpy(False),
+                **counts,
+            )
+        table = with_embeddings(columns, out)
+        metadata = file_metadata(self.meta, as_of) | {
+            f"seqenc.{k}": str(v) for k, v in counts.items()
+        }
+        if output == "arrow":
+            return table.replace_schema_metadata(metadata)
+        df = table.to_pandas()
+        df.attrs.update(counts | {"model": self.meta.name, "config_hash": self.meta.config_hash})
+        return df
+
+    @torch.inference_mode()
+    def recommend(
+        self,
+        events: Source,
+        k: int = 10,
+        filter_seen: bool = True,
+        as_of: object = None,
+        batch_size: int = 256,
+        on_empty: Literal["raise", "skip"] = "raise",
+    ) -> pd.DataFrame:
+        """Top-``k`` items per entity by the model's tied output scores.
+
+        Returns a long DataFrame: ``entity_id``, ``rank`` (1 = best), ``item_id`` (original item
+        values) and ``score``, sorted by entity then rank. With ``filter_seen`` an item anywhere in
+        the entity's history (not only its newest ``max_len`` events) is never recommended, so an
+        entity may get fewer than ``k`` rows.
+        """
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise SeqencError(f"k must be a positive integer, got {k!r}")
+        store, n_skipped = sequences(events, self.meta, self.vocabs, as_of, on_empty, None)
+        self._report(store, n_skipped)
+        k = min(int(k), len(self.vocabs.item) - N_SPECIAL)
+        rows, items, scores = [], [], []
+        for batch in iter_batches(store, self.meta.max_len, batch_size, with_seen=filter_seen):
+            batch = batch.to(self.device)
+            logits = self.model.item_logits(embed_batch(self.model, batch))
+            if filter_seen:
+                logits[batch.seen[0], batch.seen[1]] = -torch.inf
+            top = logits.topk(k, dim=1)
+            rows.append(batch.index.cpu().numpy().repeat(k))
+            items.append(top.indices.cpu().numpy().ravel())
+            scores.append(top.values.float().cpu().numpy().ravel())
+        rows, items, scores = (
+            np.concatenate(x) if x else np.zeros(0) for x in (rows, items, scores)
+        )
+        keep = np.isfinite(scores)
+        rank = np.tile(np.arange(1, k + 1), len(rows) // k)[keep]
+        rows, items, scores = (
+            rows[keep].astype(np.int64),
+            items[keep].astype(np.int64),
+            scores[keep],
+        )
+        table = pa.table(
+            {
+                "entity_id": store.entity_ids.take(pa.array(rows)),
+                "rank": pa.array(rank.astype(np.int32)),
+                "item_id": pa.array(
+                    self.vocabs.item.decode(items).tolist(), type=self.vocabs.item.values.type
+                ),
+                "score": pa.array(scores.astype(np.float32)),
+            }
+        )
+        return table.sort_by([("entity_id", "ascending"), ("rank", "ascending")]).to_pandas()
+
+
+def _device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as e:
+        raise SeqencError(f"unknown device {device!r}: {e}") from e
+
+
+def load_encoder(path: str | Path, device: str | torch.device | None = None) -> Encoder:
+    """Load a bundle directory onto ``device`` (default: CUDA when available, else CPU)."""
+    model, meta, vocabs = load_bundle(path)
+    return Encoder(model, meta, vocabs, _device(device))
+
+
+def encode(events: Source, model: str | Path | Encoder, **kwargs: Any) -> Any:
+    """One-shot :meth:`Encoder.encode` with the bundle at ``model`` (or a loaded :class:`Encoder`)."""
+    encoder = (
+        model if isinstance(model, Encoder) else load_encoder(model, kwargs.pop("device", None))
+    )
+    return encoder.encode(events, **kwargs)

@@ -1,0 +1,57 @@
+"""Full-ranking leave-one-out metrics: HR@K, NDCG@K and MRR over every item of the catalogue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torchmetrics import Metric
+
+
+def target_ranks(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """0-based rank of each row's target among all columns of ``scores``.
+
+    Ties count against the target (pessimistic), so a constant scorer ranks every target last
+    instead of first.
+    """
+    target_score = scores.gather(1, target[:, None])
+    ahead = (scores > target_score) | (scores == target_score)
+    return ahead.sum(1) - 1
+
+
+class RankingMetrics(Metric):
+    """Accumulates HR@K, NDCG@K (one relevant item, so IDCG = 1) and MRR; sums reduce under DDP."""
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, ks: Sequence[int] = (10, 20)) -> None:
+        super().__init__()
+        self.ks = tuple(ks)
+        for k in self.ks:
+            self.add_state(f"hr_{k}", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state(
+                f"ndcg_{k}", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum"
+            )
+        self.add_state("mrr", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, scores: torch.Tensor, target: torch.Tensor) -> None:
+        """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids."""
+        rank = target_ranks(scores, target).double()
+        for k in self.ks:
+            hit = rank < k
+            setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + hit.sum())
+            gain = torch.where(hit, 1.0 / torch.log2(rank + 2.0), torch.zeros_like(rank))
+            setattr(self, f"ndcg_{k}", getattr(self, f"ndcg_{k}") + gain.sum())
+        self.mrr += (1.0 / (rank + 1.0)).sum()
+        self.count += target.numel()
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        n = self.count.clamp(min=1).double()
+        out = {}
+        for k in self.ks:
+            out[f"hr@{k}"] = getattr(self, f"hr_{k}") / n
+            out[f"ndcg@{k}"] = getattr(self, f"ndcg_{k}") / n
+        out["mrr"] = self.mrr / n
+        return {name: value.float() for name, value in out.items()}

@@ -1,0 +1,58 @@
+"""Multi-head self-attention through ``torch.nn.functional.scaled_dot_product_attention`` only.
+
+Causal attention passes ``is_causal=True`` and no mask: histories are right-padded, so a real event
+only ever sees earlier real events and the fused (Flash) kernel runs on mixed-length batches.
+Bidirectional attention passes a boolean key-padding mask, or none at all when every row fills the
+batch width (exact-length bucketing), so the Flash kernel runs there too. No dropout inside attention.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.functional import scaled_dot_product_attention
+
+from seqenc.model.embeddings import RotaryEmbedding
+
+
+def key_padding_mask(lengths: Tensor, width: int) -> Tensor | None:
+    """``[B, 1, 1, L]`` bool, True where a key may be attended, or ``None`` when no key is padding.
+
+    An empty row (length 0) may attend to key 0 so that its softmax is over a non-empty set (no NaN);
+    its outputs are meaningless but finite, and nothing real depends on them.
+    """
+    if bool((lengths == width).all()):
+        return None
+    positions = torch.arange(width, device=lengths.device)
+    mask = positions[None, :] < lengths.clamp(min=1)[:, None]
+    return mask[:, None, None, :]
+
+
+class SelfAttention(nn.Module):
+    """Fused QKV projection, SDPA, output projection (``out``, given a smaller init std)."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        causal: bool,
+        mask: Tensor | None = None,
+        rope: RotaryEmbedding | None = None,
+    ) -> Tensor:
+        """``x``: ``[B, L, d]``; ``mask``: from :func:`key_padding_mask` (bidirectional only)."""
+        batch, length, d_model = x.shape
+        q, k, v = (
+            t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
+            for t in self.qkv(x).split(d_model, dim=-1)
+        )
+        if rope is not None:
+            q, k = rope(q), rope(k)
+        y = scaled_dot_product_attention(
+            q, k, v, attn_mask=None if causal else mask, dropout_p=0.0, is_causal=causal
+        )
+        return self.out(y.transpose(1, 2).reshape(batch, length, d_model))

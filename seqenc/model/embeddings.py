@@ -1,0 +1,141 @@
+"""Input token vectors: item, position, time-gap and event-feature embeddings, plus rotary positions.
+
+A token vector is the sum of its parts (item, learned position, two time-gap buckets, each categorical
+feature, a linear map of the numeric features), so every part is optional without changing shapes.
+The item embedding is **not** scaled by ``sqrt(d)``: it is tied with the output layer and initialised
+with a small std (nanoGPT style), so the other parts add on the same scale.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from seqenc.errors import SeqencError
+
+TIME_BUCKET_WIDTH = 0.301  # each bucket covers a factor e^0.301 ≈ 1.35 of the gap
+
+
+def time_bucket(dt: Tensor, n_buckets: int) -> Tensor:
+    """Log bucket of a time gap in seconds: ``clamp(floor(ln(max(1, dt)) / 0.301), 0, n_buckets - 1)``."""
+    logs = torch.log(dt.float().clamp(min=1.0)) / TIME_BUCKET_WIDTH
+    return logs.floor().long().clamp(0, n_buckets - 1)
+
+
+def signed_log(x: Tensor) -> Tensor:
+    """``sign(x) * log1p(|x|)``: squashes heavy-tailed numeric features (amounts, counts) to a sane range."""
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
+class TokenEmbedding(nn.Module):
+    """Sum of the per-event embeddings of a right-padded batch.
+
+    PAD positions get the PAD item vector (zero) and a dedicated zero time bucket; their other parts
+    are irrelevant because no real position ever attends to them.
+    """
+
+    def __init__(
+        self,
+        n_items: int,
+        d_model: int,
+        max_len: int,
+        learned_positions: bool,
+        time: bool,
+        n_time_buckets: int,
+        categorical_sizes: tuple[int, ...],
+        n_numeric: int,
+    ) -> None:
+        super().__init__()
+        self.item = nn.Embedding(n_items, d_model, padding_idx=0)
+        # +1 slot: the MASK token appended after a full-length history.
+        self.position = nn.Embedding(max_len + 1, d_model) if learned_positions else None
+        self.n_time_buckets = n_time_buckets
+        # Bucket ``n_time_buckets`` is the PAD bucket, kept at zero.
+        self.dt_prev = (
+            nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets) if time else None
+        )
+        self.dt_ref = (
+            nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets) if time else None
+        )
+        self.categorical = nn.ModuleList(nn.Embedding(size, d_model) for size in categorical_sizes)
+        self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
+
+    def forward(
+        self,
+        items: Tensor,
+        padding_mask: Tensor,
+        dt_prev: Tensor,
+        dt_ref: Tensor,
+        categorical: Tensor,
+        numeric: Tensor,
+    ) -> Tensor:
+        """``[B, L, d]`` token vectors (before dropout)."""
+        x = self.item(items)
+        if self.position is not None:
+            x = x + self.position(torch.arange(items.shape[1], device=items.device))
+        if self.dt_prev is not None:
+            pad = torch.full_like(items, self.n_time_buckets)
+            x = x + self.dt_prev(
+                torch.where(padding_mask, time_bucket(dt_prev, self.n_time_buckets), pad)
+            )
+            x = x + self.dt_ref(
+                torch.where(padding_mask, time_bucket(dt_ref, self.n_time_buckets), pad)
+            )
+        if len(self.categorical) != categorical.shape[-1]:
+            raise SeqencError(
+                f"batch has {categorical.shape[-1]} categorical feature columns, the model was built "
+                f"for {len(self.categorical)} (EncoderConfig.categorical_sizes)"
+            )
+        for column, embedding in enumerate(self.categorical):
+            x = x + embedding(categorical[..., column])
+        n_numeric = 0 if self.numeric is None else self.numeric.in_features
+        if numeric.shape[-1] != n_numeric:
+            raise SeqencError(
+                f"batch has {numeric.shape[-1]} numeric feature columns, the model was built for "
+                f"{n_numeric} (EncoderConfig.n_numeric)"
+            )
+        if self.numeric is not None:
+            x = x + self.numeric(signed_log(numeric))
+        return x
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE) applied to queries and keys by position index.
+
+    Channel ``i`` of the first half and channel ``i`` of the second half of each head form a pair
+    rotated by angle ``position * base^(-2i / head_dim)``, so ``q_m · k_n`` depends only on ``m - n``.
+    """
+
+    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise SeqencError(f"rotary positions need an even head dimension, got {head_dim}")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.arange(max_len + 1, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Rotate ``x`` of shape ``[B, H, L, head_dim]`` by its position along ``L``."""
+        length = x.shape[-2]
+        cos, sin = self.cos[:length], self.sin[:length]
+        first, second = x.float().chunk(2, dim=-1)
+        rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+        return rotated.to(x.dtype)
+
+
+def init_weights(module: nn.Module, n_layers: int) -> None:
+    """nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases and PAD rows."""
+    for name, param in module.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(param)
+        elif param.dim() >= 2:
+            # Residual output projections get a smaller std so the residual stream starts near identity.
+            std = 0.02 / math.sqrt(2 * n_layers) if name.endswith("out.weight") else 0.02
+            nn.init.normal_(param, mean=0.0, std=std)
+    for sub in module.modules():
+        if isinstance(sub, nn.Embedding) and sub.padding_idx is not None:
+            with torch.no_grad():
+                sub.weight[sub.padding_idx].zero_()

@@ -1,0 +1,217 @@
+"""The sequence encoder: pre-LN Transformer blocks over event tokens, nanoGPT style.
+
+One model serves both objectives: ``causal=True`` (SASRec, next item at every position) and
+``causal=False`` (BERT4Rec, cloze with [MASK] tokens; an entity is encoded by appending one [MASK]
+after its history and reading the hidden state there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqenc.data.batches import Batch
+from seqenc.data.vocab import MASK, N_SPECIAL
+from seqenc.errors import SeqencError
+from seqenc.model.attention import SelfAttention, key_padding_mask
+from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights
+
+POSITIONALS = ("learned", "rope", "none")
+POOLINGS = ("last", "mean")
+
+
+@dataclass
+class EncoderConfig:
+    """Architecture of a :class:`SequenceEncoder`.
+
+    Attributes:
+        n_items: item vocabulary size including the 3 specials (PAD=0, MASK=1, UNK=2).
+        dropout: on embeddings and residual branches only, never inside attention.
+        max_len: longest history expected; the model holds ``max_len + 1`` positions (appended MASK).
+        positional: ``"learned"`` position embeddings, ``"rope"`` rotary q/k, or ``"none"``.
+        time: add learned embeddings of log-bucketed ``dt_prev`` and ``dt_ref``.
+        categorical_sizes: vocabulary size of each categorical event feature.
+        n_numeric: number of numeric event features (signed-log transformed inside the model).
+        causal: ``False`` for bidirectional (BERT4Rec) attention.
+        pooling: entity embedding from the ``"last"`` position or the ``"mean"`` of real positions.
+        normalize: L2-normalise the entity embedding.
+    """
+
+    n_items: int
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 2
+    ffn_mult: int = 4
+    dropout: float = 0.2
+    max_len: int = 512
+    positional: str = "learned"
+    time: bool = True
+    n_time_buckets: int = 64
+    categorical_sizes: tuple[int, ...] = ()
+    n_numeric: int = 0
+    causal: bool = True
+    pooling: str = "last"
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
+        checks = [
+            (
+                self.n_items > N_SPECIAL,
+                f"n_items={self.n_items} must exceed the {N_SPECIAL} special ids",
+            ),
+            (
+                self.d_model % self.n_heads == 0,
+                f"d_model={self.d_model} not divisible by n_heads={self.n_heads}",
+            ),
+            (
+                self.positional in POSITIONALS,
+                f"positional={self.positional!r} not in {POSITIONALS}",
+            ),
+            (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
+            (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} not in [0, 1)"),
+            (self.max_len >= 1 and self.n_layers >= 1, "max_len and n_layers must be >= 1"),
+            (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
+            (
+                all(s >= 1 for s in self.categorical_sizes),
+                f"categorical_sizes={self.categorical_sizes} must be >= 1",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SeqencError(f"EncoderConfig: {message}")
+
+
+class Block(nn.Module):
+    """Pre-LN Transformer block: ``x + Drop(Attn(LN(x)))`` then ``x + Drop(FFN(LN(x)))``."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        d, hidden = config.d_model, config.ffn_mult * config.d_model
+        self.ln_attn = nn.LayerNorm(d)
+        self.attn = SelfAttention(d, config.n_heads)
+        self.ln_ffn = nn.LayerNorm(d)
+        self.ffn = nn.ModuleDict({"up": nn.Linear(d, hidden), "out": nn.Linear(hidden, d)})
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self, x: Tensor, causal: bool, mask: Tensor | None, rope: RotaryEmbedding | None
+    ) -> Tensor:
+        x = x + self.drop(self.attn(self.ln_attn(x), causal, mask, rope))
+        return x + self.drop(self.ffn["out"](F.gelu(self.ffn["up"](self.ln_ffn(x)))))
+
+
+class SequenceEncoder(nn.Module):
+    """Event histories (:class:`~seqenc.data.batches.Batch`) → hidden states and entity embeddings."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = TokenEmbedding(
+            n_items=config.n_items,
+            d_model=config.d_model,
+            max_len=config.max_len,
+            learned_positions=config.positional == "learned",
+            time=config.time,
+            n_time_buckets=config.n_time_buckets,
+            categorical_sizes=config.categorical_sizes,
+            n_numeric=config.n_numeric,
+        )
+        self.rope = (
+            RotaryEmbedding(config.d_model // config.n_heads, config.max_len)
+            if config.positional == "rope"
+            else None
+        )
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_final = nn.LayerNorm(config.d_model)
+        init_weights(self, config.n_layers)
+
+    @property
+    def item_embedding(self) -> nn.Embedding:
+        """``[n_items, d]`` item table, PAD row 0; also the (tied) output layer."""
+        return self.embed.item
+
+    def forward(self, batch: Batch) -> Tensor:
+        """``[B, L, d]`` hidden states after the final LayerNorm (PAD positions hold junk, finite)."""
+        width = batch.items.shape[1]
+        if width > self.config.max_len + 1:
+            raise SeqencError(
+                f"batch width {width} exceeds max_len + 1 = {self.config.max_len + 1}; "
+                "truncate histories to max_len events"
+            )
+        padding = batch.padding_mask
+        x = self.embed(
+            batch.items, padding, batch.dt_prev, batch.dt_ref, batch.categorical, batch.numeric
+        )
+        x = self.drop(x)
+        causal = self.config.causal
+        mask = None if causal else key_padding_mask(batch.lengths, width)
+        for block in self.blocks:
+            x = block(x, causal, mask, self.rope)
+        return self.ln_final(x)
+
+    def append_mask(self, batch: Batch) -> Batch:
+        """The batch with one [MASK] token right after each history (lengths + 1).
+
+        The width grows by one only when some row is full. The MASK token's ``dt_prev`` is the gap
+        from the last event to the reference time (that event's ``dt_ref``) and its ``dt_ref`` is 0:
+        it stands for "the next event, now". Its categorical ids and numeric values are 0.
+        """
+        lengths = batch.lengths
+        grow = int(bool((lengths >= batch.items.shape[1]).any()))
+
+        def widen(t: Tensor) -> Tensor:
+            if not grow:
+                return t.clone()
+            pad = t.new_zeros((t.shape[0], grow, *t.shape[2:]))
+            return torch.cat([t, pad], dim=1)
+
+        rows = torch.arange(len(batch), device=lengths.device)
+        last = (lengths - 1).clamp(min=0)
+        gap = torch.where(
+            lengths > 0, batch.dt_ref[rows, last], torch.zeros_like(batch.dt_ref[:, 0])
+        )
+        items, dt_prev, dt_ref = widen(batch.items), widen(batch.dt_prev), widen(batch.dt_ref)
+        categorical, numeric = widen(batch.categorical), widen(batch.numeric)
+        items[rows, lengths] = MASK
+        dt_prev[rows, lengths] = gap
+        dt_ref[rows, lengths] = 0.0
+        categorical[rows, lengths] = 0
+        numeric[rows, lengths] = 0.0
+        return replace(
+            batch,
+            items=items,
+            lengths=lengths + 1,
+            dt_prev=dt_prev,
+            dt_ref=dt_ref,
+            categorical=categorical,
+            numeric=numeric,
+        )
+
+    def entity_embedding(self, batch: Batch) -> Tensor:
+        """``[B, d]`` one vector per history.
+
+        Causal: the hidden state at the last real event. Bidirectional: the hidden state at a [MASK]
+        appended after the history. ``pooling="mean"`` averages the real positions instead (including
+        the appended MASK when bidirectional). An empty history gives a finite vector.
+        """
+        if not self.config.causal:
+            batch = self.append_mask(batch)
+        hidden = self(batch)
+        if self.config.pooling == "mean":
+            weights = batch.padding_mask.to(hidden.dtype)[..., None]
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        else:
+            rows = torch.arange(len(batch), device=hidden.device)
+            pooled = hidden[rows, (batch.lengths - 1).clamp(min=0)]
+        return F.normalize(pooled, dim=-1) if self.config.normalize else pooled
+
+    def item_logits(self, hidden: Tensor) -> Tensor:
+        """``[..., n_items]`` dot-product scores against the tied item table; the 3 special ids get -inf."""
+        logits = hidden @ self.item_embedding.weight.T
+        special = torch.arange(logits.shape[-1], device=logits.device) < N_SPECIAL
+        return logits.masked_fill(special, float("-inf"))

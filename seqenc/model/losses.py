@@ -1,0 +1,253 @@
+"""Item-prediction losses over the tied item table.
+
+Every loss takes ``hidden [N, d]``, the item table ``weight [n_items, d]`` and ``targets [N]`` item ids;
+rows whose target is IGNORE (-100) or a special id (< 3: PAD, MASK, UNK) are ignored, and the result
+is the mean over the remaining rows (0, still differentiable, when none remain). Specials are never
+candidates: the softmax runs over the real items ``weight[3:]`` only.
+
+- ``ce``: exact full softmax, fused with the output matmul and chunked over rows so the ``[N, n_items]``
+  logit matrix never exists at once (gradients are computed during the forward pass).
+- ``sampled_softmax``: K shared negatives, uniform or drawn from the batch's targets, logQ-corrected.
+- ``bce``: SASRec's binary cross-entropy with one uniform negative per position.
+- ``gbce``: gSASRec's generalised BCE (Petrov & Macdonald, RecSys 2023) with k negatives per position.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqenc.data.vocab import N_SPECIAL
+from seqenc.errors import SeqencError
+from seqenc.model.masking import randint
+
+CHUNK_ELEMENTS = 2**25  # logits per chunk of the fused CE: 128 MB in float32
+
+
+def _valid_rows(hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    keep = targets >= N_SPECIAL
+    return hidden[keep], targets[keep]
+
+
+def _no_rows(hidden: Tensor) -> Tensor:
+    """A zero loss that still belongs to the graph (for batches with nothing to predict)."""
+    return hidden.float().sum() * 0.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Full softmax: fused linear + cross-entropy
+
+
+def _compute_dtype(hidden: Tensor) -> torch.dtype:
+    device = hidden.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+
+
+def _chunked_ce(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    chunk_size: int,
+    dtype: torch.dtype,
+    with_grad: bool,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Mean CE of ``hidden @ weight.T`` against ``targets`` and, if asked, its gradients.
+
+    Logits are computed in ``dtype`` (the autocast dtype), softmax and sums in float32. The gradient
+    of the mean loss w.r.t. the logits is ``(softmax - onehot) / N``, folded back into ``hidden`` and
+    ``weight`` chunk by chunk.
+    """
+    n_rows = hidden.shape[0]
+    with torch.autocast(hidden.device.type, enabled=False):
+        h_all, w = hidden.to(dtype), weight.to(dtype)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_h = torch.empty_like(hidden) if with_grad else None
+        grad_w = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if with_grad
+            else None
+        )
+        for start in range(0, n_rows, chunk_size):
+            h, t = h_all[start : start + chunk_size], targets[start : start + chunk_size]
+            logits = (h @ w.T).float()
+            target_logits = logits.gather(1, t[:, None]).squeeze(1)
+            row_max = logits.amax(dim=-1, keepdim=True)
+            exp = logits.sub_(row_max).exp_()  # in place: one [chunk, V] buffer in all
+            sums = exp.sum(dim=-1, keepdim=True)
+            total += (row_max + sums.log()).squeeze(1).sum() - target_logits.sum()
+            if with_grad:
+                grad_logits = exp.mul_(1.0 / (sums * n_rows))  # softmax / N
+                grad_logits[torch.arange(len(t), device=t.device), t] -= 1.0 / n_rows
+                grad_logits = grad_logits.to(dtype)
+                grad_h[start : start + chunk_size] = grad_logits @ w
+                if dtype == torch.float32:
+                    grad_w.addmm_(grad_logits.T, h)
+                else:
+                    grad_w += (grad_logits.T @ h).float()
+    return total / n_rows, grad_h, None if grad_w is None else grad_w.to(weight.dtype)
+
+
+class _FusedLinearCE(torch.autograd.Function):
+    """Autograd wrapper of :func:`_chunked_ce`: gradients are made in forward, scaled in backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk_size, dtype):
+        loss, grad_h, grad_w = _chunked_ce(
+            hidden, weight, targets, chunk_size, dtype, with_grad=True
+        )
+        ctx.save_for_backward(grad_h, grad_w)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_h, grad_w = ctx.saved_tensors
+        return (
+            grad_h * grad_output.to(grad_h.dtype),
+            grad_w * grad_output.to(grad_w.dtype),
+            None,
+            None,
+            None,
+        )
+
+
+def full_softmax_ce(
+    hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None = None
+) -> Tensor:
+    """Exact cross-entropy over all real items, never materialising the full logit matrix.
+
+    ``chunk_size`` rows are scored at a time (default: about 32M logits, 128 MB, per chunk). Equals
+    ``F.cross_entropy(hidden @ weight[3:].T, targets - 3)`` over the kept rows.
+    """
+    h, t = _valid_rows(hidden, targets)
+    if h.shape[0] == 0:
+        return _no_rows(h)
+    real = weight[N_SPECIAL:]
+    t = t - N_SPECIAL
+    chunk = chunk_size or max(1, CHUNK_ELEMENTS // real.shape[0])
+    dtype = _compute_dtype(hidden)
+    if torch.is_grad_enabled() and (h.requires_grad or real.requires_grad):
+        return _FusedLinearCE.apply(h, real, t, chunk, dtype)
+    return _chunked_ce(h, real, t, chunk, dtype, with_grad=False)[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sampled losses
+
+
+def sampled_softmax(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    n_negatives: int = 256,
+    sampler: str = "uniform",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Softmax over the positive and ``n_negatives`` negatives shared by all rows, logQ-corrected.
+
+    ``sampler="uniform"`` draws negatives uniformly from the real items; ``"in_batch"`` draws them
+    from the batch's (kept) targets, so item ``j`` has probability ``q_j = count_j / N``. Each
+    negative's logit is corrected by ``-log(K * q_j)`` (its expected count among the K draws), which
+    makes the sampled denominator an unbiased estimate of the full softmax's; a negative equal to a
+    row's positive (accidental hit) is dropped from that row.
+    """
+    if sampler not in ("uniform", "in_batch"):
+        raise SeqencError(f"sampled_softmax: sampler={sampler!r} not in ('uniform', 'in_batch')")
+    h, t = _valid_rows(hidden, targets)
+    if h.shape[0] == 0:
+        return _no_rows(h)
+    n_items = weight.shape[0]
+    if sampler == "uniform":
+        negatives = randint(N_SPECIAL, n_items, (n_negatives,), generator, h.device)
+        log_q = torch.full((n_negatives,), -math.log(n_items - N_SPECIAL), device=h.device)
+    else:
+        negatives = t[randint(0, len(t), (n_negatives,), generator, h.device)]
+        counts = torch.bincount(t, minlength=n_items)
+        log_q = torch.log(counts[negatives].float() / len(t))
+    positive = (h * weight[t]).sum(-1).float()
+    negative = (h @ weight[negatives].T).float() - (log_q + math.log(n_negatives))
+    negative = negative.masked_fill(negatives[None, :] == t[:, None], float("-inf"))
+    logits = torch.cat([positive[:, None], negative], dim=1)
+    return F.cross_entropy(logits, torch.zeros_like(t))
+
+
+def _negatives_excluding(
+    targets: Tensor, n_items: int, k: int, generator: torch.Generator | None
+) -> Tensor:
+    """``[N, k]`` items drawn uniformly from the real items other than each row's target."""
+    draws = randint(N_SPECIAL, n_items - 1, (len(targets), k), generator, targets.device)
+    return draws + (draws >= targets[:, None]).long()
+
+
+def _binary_loss(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    n_negatives: int,
+    beta: float,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """Mean over rows of ``-beta * log σ(s+) - Σ_j log(1 - σ(s_j-))`` with per-row uniform negatives."""
+    h, t = _valid_rows(hidden, targets)
+    if h.shape[0] == 0:
+        return _no_rows(h)
+    negatives = _negatives_excluding(t, weight.shape[0], n_negatives, generator)
+    positive = (h * weight[t]).sum(-1).float()
+    negative = torch.einsum("nd,nkd->nk", h, weight[negatives]).float()
+    return (beta * F.softplus(-positive) + F.softplus(negative).sum(-1)).mean()
+
+
+def bce_one_negative(
+    hidden: Tensor, weight: Tensor, targets: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
+    """SASRec's loss: ``-log σ(s+) - log(1 - σ(s-))`` with one uniform negative (≠ target) per row."""
+    return _binary_loss(hidden, weight, targets, 1, 1.0, generator)
+
+
+def gbce(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    n_negatives: int = 256,
+    t: float = 0.75,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """gSASRec's generalised BCE: the positive term raised to ``beta``, which counters the
+    overconfidence negative sampling causes.
+
+    ``alpha = k / (n_real - 1)`` is the sampling rate and ``beta = alpha * (t * (1 - 1/alpha) + 1/alpha)``;
+    ``t = 0`` gives plain BCE with k negatives, ``t = 1`` gives ``beta = alpha`` (fully calibrated).
+    """
+    if not 0.0 <= t <= 1.0:
+        raise SeqencError(f"gbce: calibration t={t} not in [0, 1]")
+    alpha = n_negatives / (weight.shape[0] - N_SPECIAL - 1)
+    beta = alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+    return _binary_loss(hidden, weight, targets, n_negatives, beta, generator)
+
+
+LOSSES: dict[str, Callable[..., Tensor]] = {
+    "ce": full_softmax_ce,
+    "sampled_softmax": sampled_softmax,
+    "bce": bce_one_negative,
+    "gbce": gbce,
+}
+
+
+def compute_loss(
+    name: str, hidden: Tensor, weight: Tensor, targets: Tensor, **opts: object
+) -> Tensor:
+    """The loss called ``name`` (a key of :data:`LOSSES`) with its options ``opts``."""
+    if name not in LOSSES:
+        raise SeqencError(f"unknown loss {name!r}; choose one of {sorted(LOSSES)}")
+    fn = LOSSES[name]
+    accepted = set(inspect.signature(fn).parameters) - {"hidden", "weight", "targets"}
+    unknown = set(opts) - accepted
+    if unknown:
+        raise SeqencError(
+            f"loss {name!r} got unknown options {sorted(unknown)}; it accepts {sorted(accepted)}"
+        )
+    return fn(hidden, weight, targets, **opts)

@@ -1,0 +1,202 @@
+"""The LightningModule: encoder + objective head, training and full-ranking evaluation."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, replace
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from seqenc.data.batches import Batch
+from seqenc.data.vocab import N_SPECIAL
+from seqenc.metrics import RankingMetrics
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.losses import compute_loss
+from seqenc.model.masking import mask_items
+
+log = logging.getLogger(__name__)
+IGNORE = -100
+
+
+class SeqencModule(pl.LightningModule):
+    """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
+
+    Args:
+        inputs: what the model must know of the data, from
+            :attr:`SequenceDataModule.model_inputs` (the CLI links it): ``n_items``,
+            ``categorical_sizes``, ``n_numeric``, ``has_time``.
+        objective: ``"causal"`` (next item at every position) or ``"masked"`` (cloze).
+        d_model, n_layers, n_heads, ffn_mult, dropout, positional, pooling, normalize: encoder shape
+            (see :class:`~seqenc.model.encoder.EncoderConfig`).
+        time: time-delta encodings; ``None`` = on exactly when the data has real timestamps.
+        max_len: longest history the model sees.
+        loss: ``"ce"`` (full softmax), ``"sampled_softmax"``, ``"bce"`` or ``"gbce"``.
+        loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
+            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
+        mask_prob, replace_rule: cloze masking for the masked objective.
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
+        filter_seen: drop items already in the history from the ranking at evaluation.
+        ks: cut-offs for HR@K and NDCG@K.
+    """
+
+    def __init__(
+        self,
+        inputs: dict[str, Any],
+        objective: Literal["causal", "masked"] = "causal",
+        d_model: int = 128,
+        n_layers: int = 2,
+        n_heads: int = 2,
+        ffn_mult: int = 4,
+        dropout: float = 0.2,
+        positional: Literal["learned", "rope", "none"] = "learned",
+        time: bool | None = None,
+        pooling: Literal["last", "mean"] = "last",
+        normalize: bool = False,
+        max_len: int = 200,
+        loss: Literal["ce", "sampled_softmax", "bce", "gbce"] = "ce",
+        loss_options: dict[str, Any] | None = None,
+        mask_prob: float = 0.2,
+        replace_rule: bool = False,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        filter_seen: bool = True,
+        ks: tuple[int, ...] = (10, 20),
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        use_time = inputs.get("has_time", False) if time is None else time
+        self.config = EncoderConfig(
+            n_items=inputs["n_items"],
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            ffn_mult=ffn_mult,
+            dropout=dropout,
+            max_len=max_len,
+            positional=positional,
+            time=bool(use_time),
+            categorical_sizes=tuple(inputs.get("categorical_sizes", ())),
+            n_numeric=inputs.get("n_numeric", 0),
+            causal=objective == "causal",
+            pooling=pooling,
+            normalize=normalize,
+        )
+        self.encoder = SequenceEncoder(self.config)
+        self.val_metrics = RankingMetrics(ks)
+        self.test_metrics = RankingMetrics(ks)
+
+    # ---- training -------------------------------------------------------------------------
+    def _causal_targets(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
+        """Input = each window but its newest event; target at position i = event i + 1."""
+        lengths = (batch.lengths - 1).clamp(min=0)
+        positions = torch.arange(batch.items.shape[1], device=batch.items.device)
+        labels = torch.roll(batch.items, -1, dims=1)
+        labels = torch.where(positions[None, :] < lengths[:, None], labels, IGNORE)
+        inputs = replace(batch, lengths=lengths)
+        return inputs, labels
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        hp = self.hparams
+        if hp.objective == "causal":
+            inputs, labels = self._causal_targets(batch)
+        else:
+            items, labels = mask_items(
+                batch.items, batch.lengths, hp.mask_prob, None, self.config.n_items, hp.replace_rule
+            )
+            inputs = replace(batch, items=items)
+        hidden = self.encoder(inputs)
+        keep = labels >= N_SPECIAL
+        loss = compute_loss(
+            hp.loss,
+            hidden[keep],
+            self.encoder.item_embedding.weight,
+            labels[keep],
+            **(hp.loss_options or {}),
+        )
+        self.log("train/loss", loss, prog_bar=True, batch_size=int(keep.sum()))
+        return loss
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            (decay if param.ndim >= 2 and "embedding" not in name else no_decay).append(param)
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=self.hparams.lr,
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = min(self.hparams.warmup_steps, total // 2)
+
+        def schedule(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            progress = (step - warmup) / max(1, total - warmup)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+        scheduler = LambdaLR(optimizer, schedule)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+    # ---- evaluation -----------------------------------------------------------------------
+    def item_scores(self, batch: Batch, filter_seen: bool) -> torch.Tensor:
+        """``[B, n_items]`` float32 scores of every item for each history; specials are -inf."""
+        embedding = self.encoder.entity_embedding(batch)
+        with torch.autocast(embedding.device.type, enabled=False):
+            scores = self.encoder.item_logits(embedding.float())
+        scores = scores.float()
+        scores[:, :N_SPECIAL] = -torch.inf
+        if filter_seen and batch.seen is not None:
+            keep = scores.gather(1, batch.target[:, None]) if batch.target is not None else None
+            scores[batch.seen[0], batch.seen[1]] = -torch.inf
+            if keep is not None:  # a repeated item stays rankable as its own target
+                scores.scatter_(1, batch.target[:, None], keep)
+        return scores
+
+    def _evaluate(self, batch: Batch, metrics: RankingMetrics) -> None:
+        metrics.update(self.item_scores(batch, self.hparams.filter_seen), batch.target)
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics)
+
+    def _log_metrics(self, stage: str, metrics: RankingMetrics) -> None:
+        values = metrics.compute()
+        self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val")
+        metrics.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val", self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test", self.test_metrics)
+
+    def on_fit_start(self) -> None:
+        log.info(
+            "evaluation: leave-one-out, full ranking over %d items, seen items %s",
+            self.config.n_items - N_SPECIAL,
+            "filtered" if self.hparams.filter_seen else "kept",
+        )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the vocabularies and schema beside the weights (plain data) for bundles."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        if datamodule is not None:
+            checkpoint["seqenc"] = {
+                "vocabs": datamodule.vocabs.to_dict(),
+                "schema": asdict(datamodule.schema_used),
+            }
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"index": batch.index, "embedding": self.encoder.entity_embedding(batch).float()}

@@ -1,0 +1,253 @@
+"""Model bundles: round trip, checkpoints read without unpickling code, clear errors, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pandas as pd
+import pytest
+import torch
+
+from seqenc.bundle import (
+    CONFIG_FILE,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    bundle_from_checkpoint,
+    load_bundle,
+    save_bundle,
+)
+from seqenc.cli import main as cli_main
+from seqenc.data.batches import collate
+from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import build_sequences
+from seqenc.data.split import full_view
+from seqenc.data.synthetic import generate_events
+from seqenc.errors import SeqencError
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.module import SeqencModule
+
+SCHEMA = EventSchema(categorical=("event_type", "channel"), numeric=("amount",))
+
+
+def tiny_events(n_entities: int = 60, seed: int = 0) -> pd.DataFrame:
+    """A small synthetic log with the columns of :data:`SCHEMA`."""
+    return generate_events(n_entities, n_items=40, seed=seed, max_events=80)
+
+
+def tiny_bundle(
+    path: Path,
+    events: pd.DataFrame,
+    causal: bool = True,
+    pooling: str = "last",
+    max_len: int = 24,
+    dropout: float = 0.3,
+) -> Path:
+    """A random-weights encoder (seeded) with vocabularies fitted on ``events``, saved as a bundle."""
+    _, vocabs = build_sequences(events, SCHEMA, max_len=None)
+    torch.manual_seed(0)
+    config = EncoderConfig(
+        n_items=len(vocabs.item),
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        dropout=dropout,
+        max_len=max_len + 1,
+        categorical_sizes=tuple(len(vocabs.categorical[c]) for c in SCHEMA.categorical),
+        n_numeric=1,
+        causal=causal,
+        pooling=pooling,
+    )
+    return save_bundle(path, SequenceEncoder(config), vocabs, SCHEMA, max_len=max_len, name="tiny")
+
+
+def _embed(encoder: SequenceEncoder, events: pd.DataFrame, vocabs, max_len: int) -> torch.Tensor:
+    store, _ = build_sequences(events, SCHEMA, max_len=max_len, vocabs=vocabs)
+    view = full_view(store)
+    with torch.inference_mode():
+        return encoder.eval().entity_embedding(collate(view, range(len(view)), max_len))
+
+
+def test_round_trip_same_weights_config_and_embeddings(tmp_path):
+    events = tiny_events()
+    path = tiny_bundle(tmp_path / "b", events)
+    encoder, meta, vocabs = load_bundle(path)
+    assert sorted(p.name for p in path.iterdir()) == [CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE]
+    config = json.loads((path / CONFIG_FILE).read_text())
+    assert config["format_version"] == 1 and config["name"] == "tiny"
+    assert config["objective"] == "causal" and config["max_len"] == 24
+    assert config["schema"]["categorical"] == ["event_type", "channel"]
+    assert len(config["config_hash"]) == 16 and config["encoder"]["d_model"] == 16
+    assert not encoder.training and meta.dim == 16
+
+    _, fitted = build_sequences(events, SCHEMA, max_len=None)
+    assert vocabs.to_dict() == fitted.to_dict()
+    torch.manual_seed(0)  # the same seed rebuilds the same random weights
+    original = SequenceEncoder(encoder.config)
+    for name, value in original.state_dict().items():
+        assert torch.equal(value, encoder.state_dict()[name]), name
+    torch.testing.assert_close(
+        _embed(encoder, events, vocabs, 24), _embed(original, events, vocabs, 24), rtol=0, atol=0
+    )
+
+
+def test_config_hash_depends_on_configuration_not_weights(tmp_path):
+    events = tiny_events()
+    a = json.loads((tiny_bundle(tmp_path / "a", events) / CONFIG_FILE).read_text())
+    b = json.loads((tiny_bundle(tmp_path / "b", events, dropout=0.1) / CONFIG_FILE).read_text())
+    c = json.loads((tiny_bundle(tmp_path / "c", events, max_len=12) / CONFIG_FILE).read_text())
+    assert a["config_hash"] != b["config_hash"] != c["config_hash"] != a["config_hash"]
+    again = json.loads((tiny_bundle(tmp_path / "d", events) / CONFIG_FILE).read_text())
+    assert again["config_hash"] == a["config_hash"]
+
+
+def _train_checkpoint(tmp_path: Path) -> tuple[Path, SeqencModule]:
+    """Two training steps of a tiny SeqencModule, checkpointed by a Lightning Trainer."""
+    data = SequenceDataModule(tiny_events(), schema=SCHEMA, max_len=16, batch_size=16)
+    module = SeqencModule(data.model_inputs, d_model=16, n_layers=1, max_len=16)
+    trainer = pl.Trainer(
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=1,
+        use_distributed_sampler=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, data)
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    return ckpt, module
+
+
+def test_bundle_from_checkpoint_matches_trained_module(tmp_path, capsys):
+    ckpt, module = _train_checkpoint(tmp_path)
+    path = bundle_from_checkpoint(ckpt, tmp_path / "bundle", name="run-1")
+    encoder, meta, vocabs = load_bundle(path)
+    assert (meta.name, meta.objective, meta.max_len) == ("run-1", "causal", 16)
+    assert meta.schema == SCHEMA and vocabs == module.trainer.datamodule.vocabs
+    for name, value in module.encoder.state_dict().items():
+        assert torch.equal(value, encoder.state_dict()[name]), name
+
+    cli_main(["bundle", str(ckpt), "--output", str(tmp_path / "cli-bundle")])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"bundle: {tmp_path / 'cli-bundle'}"
+    assert load_bundle(tmp_path / "cli-bundle")[1].name == "cli-bundle"
+
+
+class _Payload:
+    """Unpickling this runs a shell command: the loader must refuse it, not run it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_checkpoint_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    ckpt = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": _Payload(marker), "seqenc": {}}, ckpt)
+    with pytest.raises(SeqencError, match=r"refusing to load checkpoint .*evil\.ckpt"):
+        bundle_from_checkpoint(ckpt, tmp_path / "out")
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_pickled_weight_file_is_refused_without_running_it(tmp_path):
+    path = tiny_bundle(tmp_path / "b", tiny_events())
+    marker = tmp_path / "pwned"
+    torch.save({"w": _Payload(marker)}, path / WEIGHTS_FILE)
+    with pytest.raises(SeqencError, match=r"model\.safetensors.* is corrupt"):
+        load_bundle(path)
+    # Even with a matching checksum the file is parsed as safetensors, never unpickled.
+    config = json.loads((path / CONFIG_FILE).read_text())
+    from seqenc.bundle import _file_sha256
+
+    config["weights_sha256"] = _file_sha256(path / WEIGHTS_FILE)
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(SeqencError, match=r"cannot read weights .*model\.safetensors"):
+        load_bundle(path)
+    assert not marker.exists()
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    ("damage", "file", "message"),
+    [
+        (lambda p: p.unlink(), CONFIG_FILE, "bundle file missing"),
+        (lambda p: p.unlink(), VOCAB_FILE, "bundle file missing"),
+        (lambda p: p.unlink(), WEIGHTS_FILE, "bundle file missing"),
+        (lambda p: p.write_text("{not json"), CONFIG_FILE, "cannot read bundle file"),
+        (lambda p: p.write_text('{"item": 1'), VOCAB_FILE, "cannot read bundle file"),
+        (lambda p: p.write_text('{"item": {}}'), VOCAB_FILE, "invalid bundle file"),
+        (_truncate, WEIGHTS_FILE, "corrupt"),
+    ],
+)
+def test_damaged_bundle_gives_error_naming_the_file(tmp_path, damage, file, message):
+    path = tiny_bundle(tmp_path / "b", tiny_events())
+    damage(path / file)
+    with pytest.raises(SeqencError, match=message) as err:
+        load_bundle(path)
+    assert str(path / file) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"format_version": 99}, "format version 99 is not supported"),
+        ({"objective": "other"}, "objective must be one of"),
+        ({"max_len": 7}, "config_hash does not match"),
+        ({"encoder": {"n_items": 2}}, "invalid model configuration"),
+    ],
+)
+def test_bad_config_values_are_reported(tmp_path, edit, message):
+    path = tiny_bundle(tmp_path / "b", tiny_events())
+    config = json.loads((path / CONFIG_FILE).read_text())
+    (path / CONFIG_FILE).write_text(json.dumps(config | edit))
+    with pytest.raises(SeqencError, match=message) as err:
+        load_bundle(path)
+    assert CONFIG_FILE in str(err.value)
+
+
+def test_missing_bundle_and_vocab_mismatch(tmp_path):
+    with pytest.raises(SeqencError, match="model bundle not found"):
+        load_bundle(tmp_path / "nowhere")
+    events = tiny_events()
+    _, vocabs = build_sequences(events.head(30), SCHEMA, max_len=None)  # fewer items
+    encoder, _, _ = load_bundle(tiny_bundle(tmp_path / "b", events))
+    with pytest.raises(SeqencError, match="do not match the encoder"):
+        save_bundle(tmp_path / "c", encoder, vocabs, SCHEMA, max_len=24)
+
+
+def test_writes_are_atomic_and_only_replace_bundles(tmp_path, monkeypatch):
+    events = tiny_events()
+    path = tiny_bundle(tmp_path / "b", events)
+    tiny_bundle(path, events, max_len=12)  # replacing a bundle is fine
+    assert load_bundle(path)[1].max_len == 12
+
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "data.txt").write_text("keep me")
+    with pytest.raises(SeqencError, match="not a seqenc bundle; refusing"):
+        tiny_bundle(tmp_path / "precious", events)
+    assert (tmp_path / "precious" / "data.txt").read_text() == "keep me"
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("seqenc.bundle.save_file", crash)
+    with pytest.raises(OSError, match="disk full"):
+        tiny_bundle(tmp_path / "new", events)
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(OSError, match="disk full"):
+        tiny_bundle(path, events)  # the old bundle survives a failed replacement
+    assert load_bundle(path)[1].max_len == 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "precious"]  # no temp dirs left
