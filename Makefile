@@ -7,7 +7,11 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,constraints/cpu.txt)
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format bench clean
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+DEMO := runs/demo
+
+.PHONY: install demo test format clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m venv $(VENV)
@@ -16,8 +20,16 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 install: $(STAMP)
 
+# Train on the bundled sample (tests the best checkpoint, writes a bundle), export every account's
+# embedding to Parquet, and show where everything is.
 demo: install
-	$(BIN)/python -m seqenc.demo
+	mkdir -p $(DEMO)
+	$(BIN)/seqenc fit --config configs/quickstart.yaml --trainer.enable_progress_bar false | tee $(DEMO)/fit.log
+	$(BIN)/seqenc embed --no-progress --model "$$(sed -n 's/^bundle: //p' $(DEMO)/fit.log | tail -1)" \
+		--events datasets/sample/events.parquet --output $(DEMO)/embeddings.parquet
+	$(BIN)/python -c "import pandas as pd; df = pd.read_parquet('$(DEMO)/embeddings.parquet'); \
+		print(df.head().to_string(max_colwidth=60)); print(len(df), 'accounts embedded')"
+	@echo "checkpoint, bundle and test metrics: $(DEMO)/fit.log; embeddings: $(DEMO)/embeddings.parquet"
 
 test: install
 	$(BIN)/ruff check .

@@ -11,8 +11,8 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.events import read_events
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore, build_sequences
-from seqenc.encode import Encoder, encode, load_encoder
 from seqenc.errors import SeqencError
+from seqenc.inference import Encoder, encode, load_encoder
 from seqenc.module import SeqencModule
 
 __all__ = [

@@ -330,16 +330,16 @@ def bundle_from_checkpoint(
 
 
 def main(argv: list[str]) -> None:
-    """``seqenc bundle CKPT --output DIR [--name NAME]``."""
+    """``seqenc bundle --ckpt CKPT --output DIR [--name NAME]``."""
     parser = argparse.ArgumentParser(
         prog="seqenc bundle", description="Turn a seqenc Lightning checkpoint into a model bundle."
     )
-    parser.add_argument("checkpoint", help="a .ckpt written by `seqenc fit`")
+    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `seqenc fit`")
     parser.add_argument("--output", required=True, help="bundle directory to write")
     parser.add_argument("--name", default=None, help="model name (default: the directory name)")
     args = parser.parse_args(argv)
     try:
-        path = bundle_from_checkpoint(args.checkpoint, args.output, name=args.name)
+        path = bundle_from_checkpoint(args.ckpt, args.output, name=args.name)
     except SeqencError as e:
         parser.exit(1, f"seqenc bundle: error: {e}\n")
     print(f"bundle: {path}")

@@ -16,6 +16,13 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.module import SeqencModule
 
 MONITOR = "val/ndcg@10"
+USAGE = """seqenc: event streams to embeddings with a small Transformer.
+
+  seqenc fit|validate|test|predict --config configs/X.yaml [--print_config]   (LightningCLI)
+  seqenc bundle --ckpt CKPT --output DIR       make a model bundle from a checkpoint
+  seqenc embed --model BUNDLE --events PATH --output FILE.parquet [--as-of TIME]
+  seqenc --version
+"""
 
 
 class SeqencCLI(LightningCLI):
@@ -27,7 +34,11 @@ class SeqencCLI(LightningCLI):
         parser.link_arguments("data.max_len", "model.max_len")
 
     def after_fit(self) -> None:
-        best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
+        best = (
+            self.trainer.checkpoint_callback.best_model_path
+            if self.trainer.checkpoint_callback
+            else ""
+        )
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
         if self.trainer.is_global_zero:
             print(f"checkpoint: {best or '(none saved)'}")
@@ -66,14 +77,17 @@ def trainer_defaults(name: str) -> dict:
     """Checkpoint on best validation NDCG@10, early stopping, CSV + TensorBoard logs in one folder."""
     version = time.strftime("%Y%m%d-%H%M%S")
     loggers = [
-        {"class_path": f"lightning.pytorch.loggers.{cls}", "init_args": {"save_dir": "runs", "name": name, "version": version}}
+        {
+            "class_path": f"lightning.pytorch.loggers.{cls}",
+            "init_args": {"save_dir": "runs", "name": name, "version": version},
+        }
         for cls in ("CSVLogger", "TensorBoardLogger")
     ]
     return {
         "logger": loggers,
         "callbacks": [
             ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}", save_last=True),
-            EarlyStopping(monitor=MONITOR, mode="max", patience=5),
+            EarlyStopping(monitor=MONITOR, mode="max", patience=10),
         ],
         "use_distributed_sampler": False,
         "max_epochs": 20,
@@ -82,7 +96,9 @@ def trainer_defaults(name: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``seqenc`` console script."""
-    argv = sys.argv[1:] if argv is None else argv
+    given, argv = argv, sys.argv[1:] if argv is None else argv
+    if argv[:1] in ([], ["-h"], ["--help"]):
+        print(USAGE)
     if argv[:1] == ["--version"]:
         print(f"seqenc {__version__}")
         return
@@ -97,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         SequenceDataModule,
         trainer_defaults=trainer_defaults(_run_name(argv)),
         save_config_kwargs={"overwrite": True},
-        args=argv,
+        args=given,  # None: LightningCLI reads sys.argv itself
     )
 
 

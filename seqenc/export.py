@@ -64,10 +64,11 @@ from tqdm.auto import tqdm
 
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.batches import Batch
-from seqenc.data.events import PARQUET_SUFFIXES, _expand_paths, read_events
+from seqenc.data.events import PARQUET_SUFFIXES, expand_paths, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.data.vocab import Vocabularies
-from seqenc.encode import (
+from seqenc.errors import SeqencError
+from seqenc.inference import (
     embed_batch,
     embedding_type,
     entity_columns,
@@ -76,7 +77,6 @@ from seqenc.encode import (
     sequences,
     with_embeddings,
 )
-from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
 log = logging.getLogger(__name__)
@@ -498,7 +498,7 @@ def export_embeddings(
         raise SeqencError(f"chunk_events must be a positive integer, got {chunk_events!r}")
     output = Path(output)
     _check_output(output)
-    files = _expand_paths(events)
+    files = expand_paths(events)
     encoder, meta, vocabs = load_bundle(model)
     scratch = output.parent / f".{output.name}.seqenc-tmp"
     datamodule = ExportDataModule(

@@ -16,10 +16,9 @@ from seqenc.data.vocab import N_SPECIAL
 from seqenc.metrics import RankingMetrics
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import compute_loss
-from seqenc.model.masking import mask_items
+from seqenc.model.masking import mask_items, next_item_targets
 
 log = logging.getLogger(__name__)
-IGNORE = -100
 
 
 class SeqencModule(pl.LightningModule):
@@ -93,12 +92,8 @@ class SeqencModule(pl.LightningModule):
     # ---- training -------------------------------------------------------------------------
     def _causal_targets(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
         """Input = each window but its newest event; target at position i = event i + 1."""
-        lengths = (batch.lengths - 1).clamp(min=0)
-        positions = torch.arange(batch.items.shape[1], device=batch.items.device)
-        labels = torch.roll(batch.items, -1, dims=1)
-        labels = torch.where(positions[None, :] < lengths[:, None], labels, IGNORE)
-        inputs = replace(batch, lengths=lengths)
-        return inputs, labels
+        labels = next_item_targets(batch.items, batch.lengths)
+        return replace(batch, lengths=(batch.lengths - 1).clamp(min=0)), labels
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams

@@ -133,7 +133,7 @@ def test_bundle_from_checkpoint_matches_trained_module(tmp_path, capsys):
     for name, value in module.encoder.state_dict().items():
         assert torch.equal(value, encoder.state_dict()[name]), name
 
-    cli_main(["bundle", str(ckpt), "--output", str(tmp_path / "cli-bundle")])
+    cli_main(["bundle", "--ckpt", str(ckpt), "--output", str(tmp_path / "cli-bundle")])
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"bundle: {tmp_path / 'cli-bundle'}"
     assert load_bundle(tmp_path / "cli-bundle")[1].name == "cli-bundle"
 

@@ -16,8 +16,8 @@ from test_bundle import tiny_bundle, tiny_events
 
 import seqenc.export as export
 from seqenc.cli import main as cli_main
-from seqenc.encode import load_encoder
 from seqenc.errors import SeqencError
+from seqenc.inference import load_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -68,7 +68,7 @@ def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Tabl
         _check_columns(source.column_names, schema, "the input table")
         table = source.select(schema.columns)
     else:
-        table = _read_files(_expand_paths(source), schema)
+        table = _read_files(expand_paths(source), schema)
     if table.num_rows == 0:
         raise SeqencError(f"the event log is empty (0 rows); columns: {table.column_names}")
     return pa.table({name: _normalize(table, name, schema) for name in schema.columns})
@@ -97,7 +97,7 @@ def _from_pandas(df: pd.DataFrame, schema: EventSchema) -> pa.Table:
     return pa.table(arrays)
 
 
-def _expand_paths(source: str | Path | Sequence[str | Path]) -> list[Path]:
+def expand_paths(source: str | Path | Sequence[str | Path]) -> list[Path]:
     """Turn a path, glob, directory or list of those into a list of existing files."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     if not items:

@@ -12,8 +12,8 @@ import torch
 from test_bundle import tiny_bundle, tiny_events
 
 from seqenc.data.vocab import N_SPECIAL
-from seqenc.encode import Embeddings, encode, load_encoder
 from seqenc.errors import SeqencError
+from seqenc.inference import Embeddings, encode, load_encoder
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_unknown_items_and_unseen_entities_are_counted_not_errors(encoder, event
     new.loc[last, "item_id"] = 10_000 + np.arange(n_changed)
     new["channel"] = new["channel"].astype(str)
     new.loc[last, "channel"] = "carrier-pigeon"  # an unknown category: UNK, not counted as item
-    with caplog.at_level(logging.WARNING, logger="seqenc.encode"):
+    with caplog.at_level(logging.WARNING, logger="seqenc.inference"):
         df = encoder.encode(new)
     assert df.attrs["n_unknown_items"] == n_changed
     n_used = int(np.minimum(new.groupby("entity_id").size(), 24).sum())  # newest max_len events

@@ -1,0 +1,57 @@
+"""The LightningModule's training targets, evaluation scores and schedule."""
+
+import torch
+
+from seqenc.data.batches import Batch
+from seqenc.model.masking import IGNORE
+from seqenc.module import SeqencModule
+
+INPUTS = {"n_items": 13, "categorical_sizes": [], "n_numeric": 0, "has_time": True}
+
+
+def _batch(items, lengths, target=None, seen=None):
+    items = torch.tensor(items)
+    b, width = items.shape
+    return Batch(
+        items=items,
+        lengths=torch.tensor(lengths),
+        dt_prev=torch.zeros(b, width),
+        dt_ref=torch.zeros(b, width),
+        categorical=torch.zeros(b, width, 0, dtype=torch.long),
+        numeric=torch.zeros(b, width, 0),
+        index=torch.arange(b),
+        target=None if target is None else torch.tensor(target),
+        seen=None if seen is None else torch.tensor(seen),
+    )
+
+
+def test_causal_targets_shift_by_one():
+    module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8)
+    inputs, labels = module._causal_targets(_batch([[5, 6, 7, 8], [9, 10, 0, 0]], [4, 2]))
+    assert inputs.lengths.tolist() == [3, 1]
+    assert labels.tolist() == [[6, 7, 8, IGNORE], [10, IGNORE, IGNORE, IGNORE]]
+
+
+def test_item_scores_filter_seen_but_keep_target():
+    module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8).eval()
+    # row 0 saw items 5 and 6, its target 6 is a repeat; row 1 saw 9
+    batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 4], seen=[[0, 0, 1], [5, 6, 9]])
+    with torch.no_grad():
+        raw = module.encoder.item_logits(module.encoder.entity_embedding(batch))
+        scores = module.item_scores(batch, filter_seen=True)
+    assert torch.isinf(scores[:, :3]).all()
+    assert scores[0, 5] == -torch.inf and scores[1, 9] == -torch.inf
+    assert scores[0, 6] == raw[0, 6]  # the target stays rankable
+    unfiltered = module.item_scores(batch, filter_seen=False)
+    assert torch.isfinite(unfiltered[:, 3:]).all()
+
+
+def test_training_step_runs_both_objectives():
+    torch.manual_seed(0)
+    batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
+    for objective in ("causal", "masked"):
+        module = SeqencModule(INPUTS, objective=objective, d_model=8, n_heads=2, max_len=8)
+        loss = module.training_step(batch, 0)
+        loss.backward()
+        assert torch.isfinite(loss) and loss > 0
+        assert module.encoder.item_embedding.weight.grad.abs().sum() > 0
