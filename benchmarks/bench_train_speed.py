@@ -3,10 +3,9 @@
     .venv/bin/python benchmarks/bench_train_speed.py [--batches 3] [--repeats 3]
 
 Config: causal (SASRec), 2 layers, d=64, 2 heads, max_len 200, batch 128, full-softmax CE, AdamW.
-Data: ``ml-1m_sequences.parquet`` from the shared data folder, read directly with pyarrow. Each user's
-last 2 items are left out; the rest is one training sequence (inputs = its last <=200 events before
-the final one, next-item targets at every position). Batches are length-bucketed (sorted by length
-within shuffled mega-batches of 32 batches). One epoch = one pass over the 6,040 users (48 batches).
+Data: ``ml-1m_sequences.parquet`` from the shared data folder through ``SequenceDataModule``, the
+same training batches ``seqenc fit`` uses: each user's last 2 items are left out, the rest is one
+window of its newest 201 events (inputs + next-item targets at every position), length-bucketed.
 
 A fixed sample of ``--batches`` batches (one per width stratum) is timed per repeat,
 repeats of every variant interleaved (round robin) so that load from other users of the machine hits
@@ -27,76 +26,40 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
 import seqenc.model.attention as attention_module
 from seqenc.data.batches import Batch
+from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.vocab import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import full_softmax_ce
 from seqenc.model.masking import next_item_targets
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH, MAX_LEN, MEGA = 128, 200, 32
+BATCH, MAX_LEN = 128, 200
 
 
 def shared_data() -> Path:
     return Path(os.environ.get("SEQENC_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def load_train_sequences(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
-    """(flat item ids from 3, per-user offsets, n_items incl. specials), last 2 items per user dropped."""
-    table = pq.read_table(path, columns=["user_id", "item_id", "position"])
-    users, items, positions = (table[c].to_numpy() for c in ("user_id", "item_id", "position"))
-    order = np.lexsort((positions, users))
-    users, items = users[order], items[order]
-    vocab, item_ids = np.unique(items, return_inverse=True)
-    item_ids = item_ids.astype(np.int64) + N_SPECIAL
-    _, counts = np.unique(users, return_counts=True)
-    ends = np.cumsum(counts)
-    keep = np.ones(len(items), dtype=bool)
-    keep[ends - 1] = keep[ends - 2] = False  # leave out each user's last 2 items
-    offsets = np.concatenate([[0], np.cumsum(counts - 2)])
-    return item_ids[keep], offsets, len(vocab) + N_SPECIAL
-
-
-def make_batches(
-    items: np.ndarray, offsets: np.ndarray, seed: int = 0
-) -> list[tuple[Batch, torch.Tensor]]:
-    """Length-bucketed (batch, next-item labels) pairs covering every user once."""
-    rng = np.random.default_rng(seed)
-    ends = offsets[1:] - 1  # the last train item is the final target
-    starts = np.maximum(offsets[:-1], ends - MAX_LEN)
-    lengths = ends - starts
-    order = rng.permutation(len(lengths))
-    chunks = [order[i : i + BATCH * MEGA] for i in range(0, len(order), BATCH * MEGA)]
-    order = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in chunks])
-    groups = [order[i : i + BATCH] for i in range(0, len(order), BATCH)]
-    batches = []
-    for g in (groups[i] for i in rng.permutation(len(groups))):
-        width = int(lengths[g].max())
-        positions = np.arange(width)
-        valid = positions[None, :] < lengths[g][:, None]
-        ids = torch.from_numpy(
-            np.where(valid, items[np.where(valid, starts[g][:, None] + positions, 0)], 0)
-        )
-        batch = Batch(
-            items=ids,
-            lengths=torch.from_numpy(lengths[g]),
-            dt_prev=torch.zeros(len(g), width),
-            dt_ref=torch.zeros(len(g), width),
-            categorical=torch.zeros(len(g), width, 0, dtype=torch.int64),
-            numeric=torch.zeros(len(g), width, 0),
-            index=torch.from_numpy(g),
-        )
-        labels = next_item_targets(batch.items, batch.lengths, torch.from_numpy(items[ends[g]]))
-        batches.append((batch, labels.flatten()))
-    return batches
+def epoch_batches(path: Path, seed: int = 0) -> tuple[list[tuple[Batch, torch.Tensor]], int]:
+    """One epoch of (input batch, next-item labels) exactly as ``seqenc fit`` builds them (the
+    DataModule's length-bucketed leave-one-out training windows), and the item vocabulary size."""
+    data = SequenceDataModule(str(path), format="ml1m-sequences", max_len=MAX_LEN, batch_size=BATCH)
+    data.seed = seed
+    pairs = []
+    for window in data.train_dataloader():
+        labels = next_item_targets(window.items, window.lengths)
+        inputs = replace(window, lengths=(window.lengths - 1).clamp(min=0))
+        pairs.append((inputs, labels.flatten()))
+    return pairs, data.model_inputs["n_items"]
 
 
 def naive_sdpa(
@@ -180,8 +143,8 @@ def main() -> int:
     if not path.exists():
         print(f"skipped: {path} not found (set SEQENC_SHARED_DATA)")
         return 0
-    items, offsets, n_items = load_train_sequences(path)
-    epoch = make_batches(items, offsets)
+    epoch, n_items = epoch_batches(path)
+    n_users = sum(len(b) for b, _ in epoch)
     by_width = sorted(epoch, key=lambda pair: pair[0].items.shape[1])
     picks = ((np.arange(args.batches) + 0.5) / args.batches * len(by_width)).astype(int)  # strata
     sample = [by_width[i] for i in picks]
@@ -190,7 +153,7 @@ def main() -> int:
         return sum(b.items.numel() for b, _ in batches)
 
     def real(batches: list[tuple[Batch, torch.Tensor]]) -> int:
-        return sum(int(b.lengths.sum()) for b, _ in batches)
+        return sum(int((labels >= N_SPECIAL).sum()) for _, labels in batches)
 
     scale = slots(epoch) / slots(sample)  # epoch time ≈ sample time × padded-token ratio
     load_before = os.getloadavg()[0]
@@ -207,7 +170,7 @@ def main() -> int:
         seconds = statistics.median(measured)
         epoch_s = seconds * scale
         rows.append(
-            f"| {name} | {epoch_s:.1f} | {(len(offsets) - 1) / epoch_s:,.0f} | "
+            f"| {name} | {epoch_s:.1f} | {n_users / epoch_s:,.0f} | "
             f"{real(epoch) / epoch_s:,.0f} | {seconds / len(sample) * 1000:.0f} | "
             f"{baseline / seconds:.2f}× | {', '.join(f'{t:.2f}' for t in measured)} |"
         )
@@ -222,7 +185,7 @@ def main() -> int:
             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
             f"- machine: {platform.machine()}, {os.cpu_count()} logical cores, torch {torch.__version__}, "
             f"{torch.get_num_threads()} threads, CPU flags: {', '.join(isa) or 'none of avx2/avx512/amx'}",
-            f"- data: ml-1m, {len(offsets) - 1:,} users, {n_items - N_SPECIAL:,} items, last 2 items per user "
+            f"- data: ml-1m, {n_users:,} users, {n_items - N_SPECIAL:,} items, last 2 items per user "
             f"left out; one epoch = {len(epoch)} batches of {BATCH}, {real(epoch):,} real tokens "
             f"({slots(epoch):,} padded slots)",
             "- model: causal, 2 layers, d=64, 2 heads, max_len 200, dropout 0.2, learned positions, no time "

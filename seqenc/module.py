@@ -91,9 +91,17 @@ class SeqencModule(pl.LightningModule):
 
     # ---- training -------------------------------------------------------------------------
     def _causal_targets(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
-        """Input = each window but its newest event; target at position i = event i + 1."""
+        """Input = each window but its newest event; target at position i = event i + 1.
+
+        Recency is re-measured from the newest *input* event, as at evaluation and inference:
+        measured from the window's last event it would tell every position how long until the
+        target arrives, a leak the model cannot have at inference time.
+        """
         labels = next_item_targets(batch.items, batch.lengths)
-        return replace(batch, lengths=(batch.lengths - 1).clamp(min=0)), labels
+        inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
+        last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
+        dt_ref = (batch.dt_ref - batch.dt_ref.gather(1, last_input)).clamp(min=0)
+        return replace(inputs, dt_ref=dt_ref * inputs.padding_mask), labels
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams

@@ -32,6 +32,17 @@ def test_causal_targets_shift_by_one():
     assert labels.tolist() == [[6, 7, 8, IGNORE], [10, IGNORE, IGNORE, IGNORE]]
 
 
+def test_causal_inputs_measure_recency_from_the_newest_input():
+    module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8)
+    times = torch.tensor([[0.0, 10.0, 40.0, 100.0], [5.0, 7.0, 0.0, 0.0]])
+    reference = torch.tensor([[100.0], [7.0]])  # each window's newest event (a target)
+    batch = _batch([[5, 6, 7, 8], [9, 10, 0, 0]], [4, 2])
+    batch.dt_ref = (reference - times) * batch.padding_mask
+    inputs, _ = module._causal_targets(batch)
+    # newest inputs are events 2 (t=40) and 0 (t=5): the targets' times never reach the inputs
+    assert inputs.dt_ref.tolist() == [[40.0, 30.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+
+
 def test_item_scores_filter_seen_but_keep_target():
     module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8).eval()
     # row 0 saw items 5 and 6, its target 6 is a repeat; row 1 saw 9
