@@ -74,7 +74,8 @@ def _run_name(argv: list[str]) -> str:
 
 
 def trainer_defaults(name: str) -> dict:
-    """Checkpoint on best validation NDCG@10, early stopping, CSV + TensorBoard logs in one folder."""
+    """Checkpoint on best validation NDCG@10, early stopping, gradient clipping, CSV + TensorBoard
+    logs in one folder."""
     version = time.strftime("%Y%m%d-%H%M%S")
     loggers = [
         {
@@ -90,6 +91,7 @@ def trainer_defaults(name: str) -> dict:
             EarlyStopping(monitor=MONITOR, mode="max", patience=10),
         ],
         "use_distributed_sampler": False,
+        "gradient_clip_val": 1.0,
         "max_epochs": 20,
     }
 
