@@ -135,6 +135,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=3, help="timed batches per repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 variant (slow here)")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "train_speed.md"
     )
@@ -157,9 +158,10 @@ def main() -> int:
 
     scale = slots(epoch) / slots(sample)  # epoch time ≈ sample time × padded-token ratio
     load_before = os.getloadavg()[0]
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    variants = {k: v for k, v in VARIANTS.items() if not (args.no_bf16 and v["bf16"])}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, variant in VARIANTS.items():
+        for name, variant in variants.items():
             times[name].append(time_variant(variant, n_items, sample))
             print(f"{name}: {times[name][-1]:.2f} s for {len(sample)} batches", file=sys.stderr)
 
