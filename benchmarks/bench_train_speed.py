@@ -26,7 +26,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.vocab import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import full_softmax_ce
-from seqenc.model.masking import next_item_targets
+from seqenc.module import causal_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, MAX_LEN = 128, 200
@@ -56,8 +55,7 @@ def epoch_batches(path: Path, seed: int = 0) -> tuple[list[tuple[Batch, torch.Te
     data.seed = seed
     pairs = []
     for window in data.train_dataloader():
-        labels = next_item_targets(window.items, window.lengths)
-        inputs = replace(window, lengths=(window.lengths - 1).clamp(min=0))
+        inputs, labels = causal_targets(window)
         pairs.append((inputs, labels.flatten()))
     return pairs, data.model_inputs["n_items"]
 

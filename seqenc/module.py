@@ -21,6 +21,20 @@ from seqenc.model.masking import mask_items, next_item_targets
 log = logging.getLogger(__name__)
 
 
+def causal_targets(batch: Batch) -> tuple[Batch, torch.Tensor]:
+    """Input = each window but its newest event; target at position i = event i + 1.
+
+    Recency is re-measured from the newest *input* event, as at evaluation and inference:
+    measured from the window's last event it would tell every position how long until the
+    target arrives, a leak the model cannot have at inference time.
+    """
+    labels = next_item_targets(batch.items, batch.lengths)
+    inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
+    last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
+    dt_ref = (batch.dt_ref - batch.dt_ref.gather(1, last_input)).clamp(min=0)
+    return replace(inputs, dt_ref=dt_ref * inputs.padding_mask), labels
+
+
 class SeqencModule(pl.LightningModule):
     """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
 
@@ -90,23 +104,10 @@ class SeqencModule(pl.LightningModule):
         self.test_metrics = RankingMetrics(ks)
 
     # ---- training -------------------------------------------------------------------------
-    def _causal_targets(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
-        """Input = each window but its newest event; target at position i = event i + 1.
-
-        Recency is re-measured from the newest *input* event, as at evaluation and inference:
-        measured from the window's last event it would tell every position how long until the
-        target arrives, a leak the model cannot have at inference time.
-        """
-        labels = next_item_targets(batch.items, batch.lengths)
-        inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
-        last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
-        dt_ref = (batch.dt_ref - batch.dt_ref.gather(1, last_input)).clamp(min=0)
-        return replace(inputs, dt_ref=dt_ref * inputs.padding_mask), labels
-
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams
         if hp.objective == "causal":
-            inputs, labels = self._causal_targets(batch)
+            inputs, labels = causal_targets(batch)
         else:
             items, labels = mask_items(
                 batch.items, batch.lengths, hp.mask_prob, None, self.config.n_items, hp.replace_rule

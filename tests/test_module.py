@@ -4,7 +4,7 @@ import torch
 
 from seqenc.data.batches import Batch
 from seqenc.model.masking import IGNORE
-from seqenc.module import SeqencModule
+from seqenc.module import SeqencModule, causal_targets
 
 INPUTS = {"n_items": 13, "categorical_sizes": [], "n_numeric": 0, "has_time": True}
 
@@ -26,19 +26,17 @@ def _batch(items, lengths, target=None, seen=None):
 
 
 def test_causal_targets_shift_by_one():
-    module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8)
-    inputs, labels = module._causal_targets(_batch([[5, 6, 7, 8], [9, 10, 0, 0]], [4, 2]))
+    inputs, labels = causal_targets(_batch([[5, 6, 7, 8], [9, 10, 0, 0]], [4, 2]))
     assert inputs.lengths.tolist() == [3, 1]
     assert labels.tolist() == [[6, 7, 8, IGNORE], [10, IGNORE, IGNORE, IGNORE]]
 
 
 def test_causal_inputs_measure_recency_from_the_newest_input():
-    module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8)
     times = torch.tensor([[0.0, 10.0, 40.0, 100.0], [5.0, 7.0, 0.0, 0.0]])
     reference = torch.tensor([[100.0], [7.0]])  # each window's newest event (a target)
     batch = _batch([[5, 6, 7, 8], [9, 10, 0, 0]], [4, 2])
     batch.dt_ref = (reference - times) * batch.padding_mask
-    inputs, _ = module._causal_targets(batch)
+    inputs, _ = causal_targets(batch)
     # newest inputs are events 2 (t=40) and 0 (t=5): the targets' times never reach the inputs
     assert inputs.dt_ref.tolist() == [[40.0, 30.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
 
