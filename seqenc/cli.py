@@ -32,6 +32,16 @@ class SeqencCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.model_inputs", "model.inputs", apply_on="instantiate")
         parser.link_arguments("data.max_len", "model.max_len")
+        # Early stopping as its own config section, so a run can relax it: with a cosine schedule
+        # the validation curve is noisy while the learning rate is high.
+        parser.add_lightning_class_args(EarlyStopping, "early_stopping")
+        parser.set_defaults(
+            {
+                "early_stopping.monitor": MONITOR,
+                "early_stopping.mode": "max",
+                "early_stopping.patience": 10,
+            }
+        )
 
     def after_fit(self) -> None:
         best = (
@@ -74,8 +84,8 @@ def _run_name(argv: list[str]) -> str:
 
 
 def trainer_defaults(name: str) -> dict:
-    """Checkpoint on best validation NDCG@10, early stopping, gradient clipping, CSV + TensorBoard
-    logs in one folder."""
+    """Checkpoint on best validation NDCG@10, gradient clipping, CSV + TensorBoard logs in one folder
+    (early stopping is the ``early_stopping`` config section)."""
     version = time.strftime("%Y%m%d-%H%M%S")
     loggers = [
         {
@@ -88,7 +98,6 @@ def trainer_defaults(name: str) -> dict:
         "logger": loggers,
         "callbacks": [
             ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}", save_last=True),
-            EarlyStopping(monitor=MONITOR, mode="max", patience=10),
         ],
         "use_distributed_sampler": False,
         "gradient_clip_val": 1.0,

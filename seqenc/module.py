@@ -50,7 +50,9 @@ class SeqencModule(pl.LightningModule):
         loss: ``"ce"`` (full softmax), ``"sampled_softmax"``, ``"bce"`` or ``"gbce"``.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
             ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
-        mask_prob, replace_rule: cloze masking for the masked objective.
+        mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective;
+            ``mask_last_prob`` of the training rows get one [MASK] on their newest event only
+            (see :func:`~seqenc.model.masking.mask_items`).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
         filter_seen: drop items already in the history from the ranking at evaluation.
         ks: cut-offs for HR@K and NDCG@K.
@@ -74,6 +76,7 @@ class SeqencModule(pl.LightningModule):
         loss_options: dict[str, Any] | None = None,
         mask_prob: float = 0.2,
         replace_rule: bool = False,
+        mask_last_prob: float = 0.0,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -110,7 +113,13 @@ class SeqencModule(pl.LightningModule):
             inputs, labels = causal_targets(batch)
         else:
             items, labels = mask_items(
-                batch.items, batch.lengths, hp.mask_prob, None, self.config.n_items, hp.replace_rule
+                batch.items,
+                batch.lengths,
+                hp.mask_prob,
+                None,
+                self.config.n_items,
+                hp.replace_rule,
+                hp.mask_last_prob,
             )
             inputs = replace(batch, items=items)
         hidden = self.encoder(inputs)

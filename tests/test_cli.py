@@ -69,3 +69,27 @@ def test_print_config(capsys):
     assert exit_info.value.code == 0
     config = capsys.readouterr().out
     assert "objective: causal" in config and "path: x.parquet" in config
+    assert "early_stopping:" in config and "patience: 10" in config
+
+
+def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
+    """With lr 0 validation never improves: patience 1 stops after the second epoch of six."""
+    generate_events(100, n_items=30, seed=1, max_events=40).to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(
+        [
+            "fit",
+            "--data.path", "events.parquet",
+            "--data.max_len", "16",
+            "--model.d_model", "16",
+            "--model.lr", "0.0",
+            "--early_stopping.patience", "1",
+            "--trainer.max_epochs", "6",
+            "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false",
+        ]
+    )  # fmt: skip
+    bundle_line = capsys.readouterr().out.strip().splitlines()[-1]
+    run_dir = tmp_path / bundle_line.removeprefix("bundle: ").rsplit("/bundle", 1)[0]
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1]

@@ -82,3 +82,23 @@ def test_next_item_targets() -> None:
     ]
     with_last = next_item_targets(items, lengths, last_target=torch.tensor([9, 4, 11]))
     assert with_last.tolist() == [[6, 7, 9, IGNORE], [4, IGNORE, IGNORE, IGNORE], [IGNORE] * 4]
+
+
+def test_last_only_rows_mask_just_the_newest_event() -> None:
+    items, lengths = random_batch(4000, 40, seed=7)
+    has_events = lengths > 0
+    masked, labels = mask_items(
+        items, lengths, 0.2, torch.Generator().manual_seed(8), N_ITEMS, True, last_only_prob=1.0
+    )
+    rows = torch.arange(len(items))[has_events]
+    newest = (lengths - 1)[has_events]
+    assert ((labels != IGNORE).sum(1) == has_events.long()).all()
+    assert torch.equal(labels[rows, newest], items[rows, newest])
+    assert (masked[rows, newest] == MASK).all()  # never replaced by the 80/10/10 rule
+    # a mix: with cloze at 0.9 a 40-event row almost never ends with a single mask by chance
+    _, labels = mask_items(
+        items, lengths, 0.9, torch.Generator().manual_seed(9), N_ITEMS, last_only_prob=0.25
+    )
+    long_rows = lengths >= 20
+    single = (labels[long_rows] != IGNORE).sum(1) == 1
+    assert abs(single.float().mean().item() - 0.25) < 0.03

@@ -26,7 +26,10 @@ from seqenc.data.vocab import N_SPECIAL
 from seqenc.errors import SeqencError
 from seqenc.model.masking import randint
 
-CHUNK_ELEMENTS = 2**25  # logits per chunk of the fused CE: 128 MB in float32
+# Logits per chunk of the fused CE. On a CPU a chunk should stay in cache (4 MB in float32: ~280 rows
+# of a 3,700-item catalogue); on a GPU bigger chunks mean fewer, fuller kernels (128 MB).
+CHUNK_ELEMENTS = {"cpu": 2**20, "cuda": 2**25}
+MIN_CHUNK_ROWS = 64
 
 
 def _valid_rows(hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -60,7 +63,9 @@ def _chunked_ce(
 
     Logits are computed in ``dtype`` (the autocast dtype), softmax and sums in float32. The gradient
     of the mean loss w.r.t. the logits is ``(softmax - onehot) / N``, folded back into ``hidden`` and
-    ``weight`` chunk by chunk.
+    ``weight`` chunk by chunk. Each chunk's logits are laid out item-major, ``[n_items, chunk]``
+    (= ``weight @ h.T``): with K = d as small as 64, that GEMM runs ~2x faster on a CPU than the
+    row-major one, and the softmax reductions run down contiguous columns.
     """
     n_rows = hidden.shape[0]
     with torch.autocast(hidden.device.type, enabled=False):
@@ -74,21 +79,22 @@ def _chunked_ce(
         )
         for start in range(0, n_rows, chunk_size):
             h, t = h_all[start : start + chunk_size], targets[start : start + chunk_size]
-            logits = (h @ w.T).float()
-            target_logits = logits.gather(1, t[:, None]).squeeze(1)
-            row_max = logits.amax(dim=-1, keepdim=True)
-            exp = logits.sub_(row_max).exp_()  # in place: one [chunk, V] buffer in all
-            sums = exp.sum(dim=-1, keepdim=True)
-            total += (row_max + sums.log()).squeeze(1).sum() - target_logits.sum()
+            cols = torch.arange(len(t), device=t.device)
+            logits = (w @ h.T).float()  # [n_items, chunk]
+            target_logits = logits[t, cols]
+            col_max = logits.amax(dim=0, keepdim=True)
+            exp = logits.sub_(col_max).exp_()  # in place: one [n_items, chunk] buffer in all
+            sums = exp.sum(dim=0, keepdim=True)
+            total += (col_max + sums.log()).sum() - target_logits.sum()
             if with_grad:
                 grad_logits = exp.mul_(1.0 / (sums * n_rows))  # softmax / N
-                grad_logits[torch.arange(len(t), device=t.device), t] -= 1.0 / n_rows
+                grad_logits[t, cols] -= 1.0 / n_rows
                 grad_logits = grad_logits.to(dtype)
-                grad_h[start : start + chunk_size] = grad_logits @ w
+                grad_h[start : start + chunk_size] = grad_logits.T @ w
                 if dtype == torch.float32:
-                    grad_w.addmm_(grad_logits.T, h)
+                    grad_w.addmm_(grad_logits, h)
                 else:
-                    grad_w += (grad_logits.T @ h).float()
+                    grad_w += (grad_logits @ h).float()
     return total / n_rows, grad_h, None if grad_w is None else grad_w.to(weight.dtype)
 
 
@@ -120,7 +126,7 @@ def full_softmax_ce(
 ) -> Tensor:
     """Exact cross-entropy over all real items, never materialising the full logit matrix.
 
-    ``chunk_size`` rows are scored at a time (default: about 32M logits, 128 MB, per chunk). Equals
+    ``chunk_size`` rows are scored at a time (default: :data:`CHUNK_ELEMENTS` logits per chunk). Equals
     ``F.cross_entropy(hidden @ weight[3:].T, targets - 3)`` over the kept rows.
     """
     h, t = _valid_rows(hidden, targets)
@@ -128,7 +134,8 @@ def full_softmax_ce(
         return _no_rows(h)
     real = weight[N_SPECIAL:]
     t = t - N_SPECIAL
-    chunk = chunk_size or max(1, CHUNK_ELEMENTS // real.shape[0])
+    budget = CHUNK_ELEMENTS["cuda" if h.is_cuda else "cpu"]
+    chunk = chunk_size or max(MIN_CHUNK_ROWS, budget // real.shape[0])
     dtype = _compute_dtype(hidden)
     if torch.is_grad_enabled() and (h.requires_grad or real.requires_grad):
         return _FusedLinearCE.apply(h, real, t, chunk, dtype)

@@ -62,6 +62,7 @@ def mask_items(
     generator: torch.Generator | None,
     n_items: int,
     replace_rule: bool = False,
+    last_only_prob: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Cloze masking: ``(masked items, labels)``, labels IGNORE where a position was not masked.
 
@@ -69,11 +70,19 @@ def mask_items(
     gets at least one mask (one uniformly chosen position when the coin flips chose none). The masked
     input is [MASK], or with ``replace_rule`` the BERT 80/10/10 rule: [MASK] / a uniformly random
     real item (id >= 3) / unchanged. Labels hold the original item ids.
+
+    With probability ``last_only_prob`` a row instead gets a single [MASK] on its newest event:
+    the very task of evaluation and inference (a [MASK] after the history, nothing to its right),
+    which BERT4Rec's authors also mix into training.
     """
     batch, width = items.shape
     device = items.device
-    real = torch.arange(width, device=device)[None, :] < lengths[:, None]
+    positions = torch.arange(width, device=device)[None, :]
+    real = positions < lengths[:, None]
     masked = (uniform((batch, width), generator, device) < prob) & real
+    last_only = (uniform((batch,), generator, device) < last_only_prob)[:, None]
+    newest = last_only & (positions == (lengths - 1)[:, None])
+    masked = torch.where(last_only, newest, masked)
     # At-least-one rule: rows with events but no mask get one at a uniformly chosen real position.
     forced = (lengths > 0) & ~masked.any(dim=1)
     pick = (uniform((batch,), generator, device) * lengths).long().clamp(max=width - 1)
@@ -87,4 +96,5 @@ def mask_items(
         replacement = torch.where(
             rule < 0.8, replacement, torch.where(rule < 0.9, random_items, items)
         )
+        replacement = torch.where(last_only, MASK, replacement)
     return torch.where(masked, replacement, items), labels
