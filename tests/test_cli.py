@@ -1,6 +1,7 @@
 """`seqenc` end to end: a short fit through the LightningCLI beats a popularity baseline."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,28 +34,39 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"seqenc {__version__}"
 
 
-def test_fit_beats_popularity(tmp_path, monkeypatch, capsys):
-    events = generate_events(400, n_items=80, seed=5, max_events=200)
+def fit_run(tmp_path, monkeypatch, capsys, events: pd.DataFrame, *args: str) -> Path:
+    """``seqenc fit`` on ``events`` in ``tmp_path`` with ``args``; the run folder it reports."""
     events.to_parquet(tmp_path / "events.parquet")
     monkeypatch.chdir(tmp_path)
     main(
         [
             "fit",
-            "--seed_everything", "0",
             "--data.path", "events.parquet",
-            "--data.max_len", "32",
-            "--data.batch_size", "32",
-            "--model.d_model", "32",
-            "--model.lr", "0.005",
-            "--model.warmup_steps", "5",
-            "--trainer.max_epochs", "4",
             "--trainer.enable_progress_bar", "false",
             "--trainer.enable_model_summary", "false",
+            *args,
         ]
     )  # fmt: skip
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith("bundle: ")
-    run_dir = tmp_path / lines[-1].removeprefix("bundle: ").rsplit("/bundle", 1)[0]
+    return tmp_path / lines[-1].removeprefix("bundle: ").rsplit("/bundle", 1)[0]
+
+
+def test_fit_beats_popularity(tmp_path, monkeypatch, capsys):
+    events = generate_events(400, n_items=80, seed=5, max_events=200)
+    run_dir = fit_run(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        events,
+        "--seed_everything", "0",
+        "--data.max_len", "32",
+        "--data.batch_size", "32",
+        "--model.d_model", "32",
+        "--model.lr", "0.005",
+        "--model.warmup_steps", "5",
+        "--trainer.max_epochs", "4",
+    )  # fmt: skip
     metrics = pd.read_csv(run_dir / "metrics.csv")
     test = metrics.dropna(subset=["test/ndcg@10"]).iloc[-1]
     baseline = popularity_ndcg10(events)
@@ -74,22 +86,16 @@ def test_print_config(capsys):
 
 def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     """With lr 0 validation never improves: patience 1 stops after the second epoch of six."""
-    generate_events(100, n_items=30, seed=1, max_events=40).to_parquet(tmp_path / "events.parquet")
-    monkeypatch.chdir(tmp_path)
-    main(
-        [
-            "fit",
-            "--data.path", "events.parquet",
-            "--data.max_len", "16",
-            "--model.d_model", "16",
-            "--model.lr", "0.0",
-            "--early_stopping.patience", "1",
-            "--trainer.max_epochs", "6",
-            "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false",
-        ]
+    run_dir = fit_run(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        generate_events(100, n_items=30, seed=1, max_events=40),
+        "--data.max_len", "16",
+        "--model.d_model", "16",
+        "--model.lr", "0.0",
+        "--early_stopping.patience", "1",
+        "--trainer.max_epochs", "6",
     )  # fmt: skip
-    bundle_line = capsys.readouterr().out.strip().splitlines()[-1]
-    run_dir = tmp_path / bundle_line.removeprefix("bundle: ").rsplit("/bundle", 1)[0]
     metrics = pd.read_csv(run_dir / "metrics.csv")
     assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1]
