@@ -25,6 +25,16 @@ USAGE = """seqenc: event streams to embeddings with a small Transformer.
 """
 
 
+class ConfiguredEarlyStopping(EarlyStopping):
+    """Early stopping whose ``patience`` is the config's even when a run resumes from a checkpoint
+    (Lightning's own restores the checkpoint's patience, so a resumed run could not relax it)."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        self.patience = patience
+
+
 class SeqencCLI(LightningCLI):
     """Wires the data module's vocabulary sizes into the model, and tests the best checkpoint
     right after ``fit``."""
@@ -34,7 +44,7 @@ class SeqencCLI(LightningCLI):
         parser.link_arguments("data.max_len", "model.max_len")
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
-        parser.add_lightning_class_args(EarlyStopping, "early_stopping")
+        parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
         parser.set_defaults(
             {
                 "early_stopping.monitor": MONITOR,
