@@ -39,8 +39,10 @@ def naive_ce(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) 
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1, 4, 100])
-def test_full_ce_matches_naive_with_gradients(chunk_size: int | None) -> None:
+@pytest.mark.parametrize("scale", [1.0, 30.0])  # 30: logits beyond exp's range, max-shifted path
+def test_full_ce_matches_naive_with_gradients(chunk_size: int | None, scale: float) -> None:
     hidden, weight, targets = make_case()
+    hidden = (hidden * scale).detach().requires_grad_()
     loss = full_softmax_ce(hidden, weight, targets, chunk_size=chunk_size)
     grads = torch.autograd.grad(loss * 2.5, (hidden, weight))
     expected = naive_ce(hidden, weight, targets)
