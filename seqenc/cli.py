@@ -94,8 +94,8 @@ def _run_name(argv: list[str]) -> str:
 
 
 def trainer_defaults(name: str) -> dict:
-    """Checkpoint on best validation NDCG@10, gradient clipping, CSV + TensorBoard logs in one folder
-    (early stopping is the ``early_stopping`` config section)."""
+    """Checkpoints of the best validation NDCG@10 and of the last epoch, gradient clipping, CSV +
+    TensorBoard logs in one folder (early stopping is the ``early_stopping`` config section)."""
     version = time.strftime("%Y%m%d-%H%M%S")
     loggers = [
         {
@@ -106,8 +106,11 @@ def trainer_defaults(name: str) -> dict:
     ]
     return {
         "logger": loggers,
+        # Lightning's ``save_last`` copies only the checkpoints it saves (the best ones), so the
+        # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt.
         "callbacks": [
-            ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}", save_last=True),
+            ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
+            ModelCheckpoint(filename="last"),
         ],
         "use_distributed_sampler": False,
         "gradient_clip_val": 1.0,

@@ -87,8 +87,9 @@ def test_print_config(capsys):
 
 def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     """With lr 0 validation never improves: patience 1 stops after the second epoch of six. Resumed
-    from the last checkpoint with patience 3, the config wins over the checkpoint's 1: three epochs
-    without improvement run (the checkpoint's epoch again, 2, 3); patience 1 would stop after one."""
+    from the last epoch's checkpoint with patience 3, the config wins over the checkpoint's 1: the
+    count of epochs without improvement goes on from 1, so epochs 2 and 3 run (patience 1 would stop
+    after epoch 2)."""
     events = generate_events(100, n_items=30, seed=1, max_events=40)
     args = ("--data.max_len", "16", "--model.d_model", "16", "--model.lr", "0.0",
             "--trainer.max_epochs", "6")  # fmt: skip
@@ -99,10 +100,12 @@ def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1]
 
     time.sleep(1)  # a new run folder (named by the second)
-    last = str(run_dir / "checkpoints" / "last.ckpt")
+    checkpoints = run_dir / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best-epoch=0.ckpt", "last.ckpt"]
+    last = str(checkpoints / "last.ckpt")
     resumed = fit_run(
         tmp_path, monkeypatch, capsys, events, *args, "--early_stopping.patience", "3",
         "--ckpt_path", last,
     )  # fmt: skip
     metrics = pd.read_csv(resumed / "metrics.csv")
-    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [1, 2, 3]
+    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [2, 3]
