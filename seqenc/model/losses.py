@@ -97,12 +97,13 @@ def _chunked_ce(
                 inverse = (1.0 / sums)[:, None]
                 exp = exp.to(dtype)
                 grad_h[start : start + chunk_size] = (exp.T @ w).float() * inverse - w[t].float()
-                scaled_h = (h.float() * inverse).to(dtype)
+                h32 = h.float()
+                scaled_h = (h32 * inverse).to(dtype)
                 if dtype == torch.float32:
                     grad_w.addmm_(exp, scaled_h)
                 else:
                     grad_w += (exp @ scaled_h).float()
-                grad_w.index_add_(0, t, h.float(), alpha=-1.0)
+                grad_w.index_add_(0, t, h32, alpha=-1.0)
     if not with_grad:
         return total / n_rows, None, None
     return total / n_rows, (grad_h / n_rows).to(hidden.dtype), (grad_w / n_rows).to(weight.dtype)
