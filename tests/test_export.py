@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_bundle import tiny_bundle, tiny_events
+from tiny import tiny_bundle, tiny_events
 
 import seqenc.export as export
 from seqenc.cli import main as cli_main

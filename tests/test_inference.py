@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from test_bundle import tiny_bundle, tiny_events
+from tiny import tiny_bundle, tiny_events
 
 from seqenc.data.vocab import N_SPECIAL
 from seqenc.errors import SeqencError
