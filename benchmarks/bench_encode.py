@@ -35,6 +35,7 @@ import torch
 from seqenc.bundle import save_bundle
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
+from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
 from seqenc.export import export_embeddings
 from seqenc.inference import load_encoder
@@ -122,9 +123,10 @@ def main() -> None:
         max_len=MAX_LEN + 1,
         causal=True,
     )
-    bundle = save_bundle(tmp / "bundle", SequenceEncoder(config), vocabs, schema, max_len=MAX_LEN)
+    spec = DataSpec(schema, vocabs, MAX_LEN)
+    bundle = save_bundle(tmp / "bundle", SequenceEncoder(config), spec)
     small = replace(config, d_model=RSS_D_MODEL, n_layers=1)
-    rss_bundle = save_bundle(tmp / "small", SequenceEncoder(small), vocabs, schema, max_len=MAX_LEN)
+    rss_bundle = save_bundle(tmp / "small", SequenceEncoder(small), spec)
     encoder = load_encoder(bundle, "cpu")
     n_events, flops = store.n_events, model_flops(store.lengths)
     executed = model_flops(padded_lengths(store.lengths))

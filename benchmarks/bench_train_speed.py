@@ -38,7 +38,7 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.vocab import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import full_softmax_ce
-from seqenc.module import causal_targets
+from seqenc.model.objectives import Causal
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, MAX_LEN = 128, 200
@@ -55,9 +55,9 @@ def epoch_batches(path: Path, seed: int = 0) -> tuple[list[tuple[Batch, torch.Te
     data.seed = seed
     pairs = []
     for window in data.train_dataloader():
-        inputs, labels = causal_targets(window)
+        inputs, labels = Causal().training_pair(window, data.spec.n_items)
         pairs.append((inputs, labels.flatten()))
-    return pairs, data.model_inputs["n_items"]
+    return pairs, data.spec.n_items
 
 
 def naive_sdpa(

@@ -2,29 +2,41 @@
 
 The public API: read and encode event logs (:func:`read_events`, :func:`build_sequences`), train
 (:class:`SequenceDataModule`, :class:`SeqencModule`, or the ``seqenc`` command), and embed
-(:func:`load_encoder`, :func:`encode`).
+(:func:`load_encoder`, :func:`encode`). ``import seqenc`` is light: each name is imported on first
+use, so a feature pipeline that only encodes never loads Lightning.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from seqenc.data.datamodule import SequenceDataModule
-from seqenc.data.events import read_events
-from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import SequenceStore, build_sequences
+from importlib import import_module
+from typing import Any
+
 from seqenc.errors import SeqencError
-from seqenc.inference import Encoder, encode, load_encoder
-from seqenc.module import SeqencModule
+from seqenc.version import __version__
 
-__all__ = [
-    "Encoder",
-    "EventSchema",
-    "SeqencError",
-    "SeqencModule",
-    "SequenceDataModule",
-    "SequenceStore",
-    "__version__",
-    "build_sequences",
-    "encode",
-    "load_encoder",
-    "read_events",
-]
+_WHERE = {
+    "DataSpec": "seqenc.data.spec",
+    "Encoder": "seqenc.inference",
+    "EventSchema": "seqenc.data.schema",
+    "SeqencModule": "seqenc.module",
+    "SequenceDataModule": "seqenc.data.datamodule",
+    "SequenceStore": "seqenc.data.sequences",
+    "build_sequences": "seqenc.data.sequences",
+    "encode": "seqenc.inference",
+    "load_encoder": "seqenc.inference",
+    "read_events": "seqenc.data.events",
+}
+
+__all__ = ["SeqencError", "__version__", *sorted(_WHERE)]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'seqenc' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

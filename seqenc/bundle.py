@@ -3,46 +3,52 @@
 A bundle holds three files:
 
 - ``config.json``: format and seqenc versions, the model name, the objective, the
-  :class:`~seqenc.model.encoder.EncoderConfig`, the :class:`~seqenc.data.schema.EventSchema`,
-  ``max_len`` (events per history fed to the model), a hash of that configuration and the SHA-256
-  of the weight file;
+  :class:`~seqenc.model.encoder.EncoderConfig`, the data spec without its vocabularies (the
+  :class:`~seqenc.data.schema.EventSchema` and ``max_len``, the events per history fed to the
+  model), a hash of that configuration and the SHA-256 of each other file;
 - ``vocab.json``: :meth:`Vocabularies.to_dict`;
 - ``model.safetensors``: the encoder weights only (no optimizer, no objective head).
 
-Loading reads JSON and safetensors only, so a bundle cannot run code. Lightning checkpoints are
-pickles: :func:`bundle_from_checkpoint` reads them with ``torch.load(weights_only=True)``, which
-refuses any object that is not plain data or a tensor. Bundles are written to a temporary directory
-next to the target and renamed into place, so a crash never leaves a half-written bundle.
+The format is plain data: this module imports the model and the data spec, never training code.
+Loading reads JSON and safetensors only, so a bundle cannot run code; every field of
+``config.json`` is type-checked and cross-checked (objective vs attention, ``max_len`` vs position
+capacity, feature columns vs embedding tables, vocabularies vs tables) with messages naming the
+file and the field. Lightning checkpoints are pickles: :func:`bundle_from_checkpoint` reads them with
+``torch.load(weights_only=True)``, which refuses any object that is not plain data or a tensor.
+Bundles are written to a temporary directory next to the target and renamed into place, so a crash
+never leaves a half-written bundle. Bundles written before ``vocab_sha256`` existed still load.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import inspect
 import json
+import logging
 import pickle
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from seqenc import __version__
 from seqenc.data.schema import EventSchema
+from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.objectives import OBJECTIVES
+from seqenc.version import __version__
 
+log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safetensors"
-OBJECTIVES = ("causal", "masked")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class BundleMeta:
         config_hash: short SHA-256 of (objective, max_len, encoder, schema): bundles with equal
             hashes read the same inputs and give embeddings of the same shape.
         weights_sha256: SHA-256 of ``model.safetensors``, checked on load.
+        vocab_sha256: SHA-256 of ``vocab.json``, checked on load (``""`` in bundles written before
+            it existed: not checked).
         seqenc_version: the seqenc version that wrote the bundle.
         format_version: the bundle layout version.
     """
@@ -69,6 +77,7 @@ class BundleMeta:
     schema: EventSchema
     config_hash: str
     weights_sha256: str
+    vocab_sha256: str = ""
     seqenc_version: str = __version__
     format_version: int = FORMAT_VERSION
 
@@ -88,11 +97,12 @@ class BundleMeta:
             "schema": asdict(self.schema),
             "config_hash": self.config_hash,
             "weights_sha256": self.weights_sha256,
+            "vocab_sha256": self.vocab_sha256,
         }
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> BundleMeta:
-        """Validate a parsed ``config.json``; every problem names ``where``."""
+        """Validate a parsed ``config.json``; every problem names ``where`` and the field."""
         if not isinstance(d, dict):
             raise SeqencError(f"{where}: expected a JSON object, got {type(d).__name__}")
         version = d.get("format_version")
@@ -102,31 +112,102 @@ class BundleMeta:
                 f"{__version__} reads version {FORMAT_VERSION} (re-export the bundle, or use the "
                 f"seqenc version that wrote it: {d.get('seqenc_version')!r})"
             )
-        missing = [k for k in cls.__dataclass_fields__ if k not in d]
+        optional = {"vocab_sha256"}
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in optional]
         if missing:
             raise SeqencError(f"{where}: missing key(s) {missing}")
-        try:
-            meta = cls(
-                name=str(d["name"]),
-                objective=d["objective"],
-                max_len=int(d["max_len"]),
-                encoder=EncoderConfig(**d["encoder"]),
-                schema=EventSchema(**d["schema"]),
-                config_hash=d["config_hash"],
-                weights_sha256=d["weights_sha256"],
-                seqenc_version=d["seqenc_version"],
-                format_version=version,
-            )
-        except (TypeError, ValueError) as e:
-            raise SeqencError(f"{where}: invalid model configuration: {e}") from e
-        if meta.objective not in OBJECTIVES or meta.max_len < 1:
-            raise SeqencError(
-                f"{where}: objective must be one of {OBJECTIVES} and max_len >= 1, "
-                f"got {meta.objective!r}, {meta.max_len!r}"
-            )
+        for key in ("name", "objective", "config_hash", "weights_sha256", "seqenc_version"):
+            _expect(d[key], str, f"{where}: {key}")
+        _expect(d.get("vocab_sha256", ""), str, f"{where}: vocab_sha256")
+        _expect(d["max_len"], int, f"{where}: max_len")
+        for key in ("encoder", "schema"):
+            _expect(d[key], dict, f"{where}: {key}")
+        encoder = _dataclass_from(EncoderConfig, d["encoder"], f"{where}: encoder")
+        schema = _dataclass_from(EventSchema, d["schema"], f"{where}: schema")
+        meta = cls(
+            name=d["name"],
+            objective=d["objective"],
+            max_len=d["max_len"],
+            encoder=encoder,
+            schema=schema,
+            config_hash=d["config_hash"],
+            weights_sha256=d["weights_sha256"],
+            vocab_sha256=d.get("vocab_sha256", ""),
+            seqenc_version=d["seqenc_version"],
+            format_version=version,
+        )
+        meta.check(where)
         if meta.config_hash != config_hash(meta.objective, meta.max_len, meta.encoder, meta.schema):
             raise SeqencError(f"{where}: config_hash does not match the configuration (edited?)")
         return meta
+
+    def check(self, where: str) -> None:
+        """The fields must agree with each other (a bundle is written and read through this)."""
+        enc, schema = self.encoder, self.schema
+        problems = [
+            (
+                self.objective in OBJECTIVES,
+                f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}",
+            ),
+            (
+                self.objective not in OBJECTIVES or OBJECTIVES[self.objective].causal == enc.causal,
+                f"objective {self.objective!r} does not match encoder.causal={enc.causal}",
+            ),
+            (
+                1 <= self.max_len <= enc.max_len,
+                f"max_len {self.max_len} must lie in [1, encoder.max_len = {enc.max_len}]",
+            ),
+            (
+                len(schema.categorical) == len(enc.categorical_sizes),
+                f"schema.categorical has {len(schema.categorical)} column(s), "
+                f"encoder.categorical_sizes {len(enc.categorical_sizes)}",
+            ),
+            (
+                len(schema.numeric) == enc.n_numeric,
+                f"schema.numeric has {len(schema.numeric)} column(s), encoder.n_numeric {enc.n_numeric}",
+            ),
+            (
+                schema.timestamp is not None or not enc.time,
+                "encoder.time is true but schema.timestamp is null",
+            ),
+        ]
+        for ok, message in problems:
+            if not ok:
+                raise SeqencError(f"{where}: {message}")
+
+
+def _expect(value: Any, kind: type, where: str) -> None:
+    """``value`` must be a JSON value of ``kind`` (bool is not an int, an int is a float)."""
+    ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        raise SeqencError(f"{where} must be {kind.__name__}, got {value!r}")
+
+
+def _dataclass_from(cls: type, d: dict[str, Any], where: str) -> Any:
+    """``cls(**d)`` with each field's JSON type checked first, so errors name the field."""
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise SeqencError(f"{where}: unknown field(s) {unknown}")
+    for name, value in d.items():
+        hint = str(hints[name])
+        if hint.startswith("tuple") or "tuple" in hint:
+            _expect(value, list, f"{where}.{name}")
+            inner = str if "str" in hint else int
+            for v in value:
+                _expect(v, inner, f"{where}.{name}[]")
+        elif value is None and "None" in hint:
+            continue
+        else:
+            kind = next(k for k in (bool, int, float, str) if k.__name__ in hint)
+            _expect(value, kind, f"{where}.{name}")
+    try:
+        return cls(**d)
+    except (TypeError, ValueError) as e:
+        raise SeqencError(f"{where}: invalid model configuration: {e}") from e
 
 
 def config_hash(objective: str, max_len: int, encoder: EncoderConfig, schema: EventSchema) -> str:
@@ -198,34 +279,39 @@ def _atomic_directory(target: Path) -> Iterator[Path]:
 def save_bundle(
     output_dir: str | Path,
     encoder: SequenceEncoder,
-    vocabs: Vocabularies,
-    schema: EventSchema,
-    max_len: int,
+    spec: DataSpec,
     objective: str | None = None,
     name: str | None = None,
 ) -> Path:
-    """Write ``encoder`` with its vocabularies and schema as a bundle directory; returns its path.
+    """Write ``encoder`` with its data spec as a bundle directory; returns its path.
 
-    ``objective`` defaults to the encoder's (causal or not); ``name`` to the directory's name.
+    The one writer of bundles (``seqenc fit``, ``seqenc bundle``, Python). ``objective`` defaults
+    to the encoder's (causal or not); ``name`` to the directory's name.
     """
     output_dir = Path(output_dir)
     config = encoder.config
     objective = objective or ("causal" if config.causal else "masked")
-    _check_vocabs(vocabs, config, schema, "save_bundle")
+    config_text = {
+        "objective": objective,
+        "max_len": spec.max_len,
+        "encoder": config,
+        "schema": spec.schema,
+    }
+    where = f"save_bundle({str(output_dir)!r})"
+    _check_vocabs(spec.vocabs, config, spec.schema, where)
     state = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items()}
     with _atomic_directory(output_dir) as tmp:
         save_file(state, tmp / WEIGHTS_FILE, metadata={"format": "pt"})
+        (tmp / VOCAB_FILE).write_text(json.dumps(spec.vocabs.to_dict()) + "\n")
         meta = BundleMeta(
             name=name or output_dir.resolve().name,
-            objective=objective,
-            max_len=int(max_len),
-            encoder=config,
-            schema=schema,
-            config_hash=config_hash(objective, int(max_len), config, schema),
+            **config_text,
+            config_hash=config_hash(**config_text),
             weights_sha256=_file_sha256(tmp / WEIGHTS_FILE),
+            vocab_sha256=_file_sha256(tmp / VOCAB_FILE),
         )
+        meta.check(where)
         (tmp / CONFIG_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
-        (tmp / VOCAB_FILE).write_text(json.dumps(vocabs.to_dict()) + "\n")
     return output_dir
 
 
@@ -243,17 +329,23 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
 
     Raises:
         SeqencError: naming the file, for a missing directory or file, malformed JSON, an
-            unsupported format version, a weight file whose checksum or tensors do not match.
+            unsupported format version, a field of the wrong type or inconsistent with another, a
+            file whose checksum or tensors do not match.
     """
     path = Path(path)
     if not path.is_dir():
         raise SeqencError(f"model bundle not found: {str(path)!r} is not a directory")
     meta = BundleMeta.from_dict(_read_json(path / CONFIG_FILE), str(path / CONFIG_FILE))
     vocab_path = path / VOCAB_FILE
+    vocab_json = _read_json(vocab_path)
     try:
-        vocabs = Vocabularies.from_dict(_read_json(vocab_path))
+        vocabs = Vocabularies.from_dict(vocab_json)
     except SeqencError as e:
         raise SeqencError(f"invalid bundle file {str(vocab_path)!r}: {e}") from e
+    if not meta.vocab_sha256:
+        log.warning("%s predates vocabulary checksums: vocab.json is not verified", path)
+    elif _file_sha256(vocab_path) != meta.vocab_sha256:
+        raise SeqencError(f"{str(vocab_path)!r} is corrupt: its SHA-256 differs from config.json's")
     _check_vocabs(vocabs, meta.encoder, meta.schema, str(vocab_path))
 
     weights = path / WEIGHTS_FILE
@@ -289,7 +381,9 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
         ) from e
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise SeqencError(f"cannot read checkpoint {str(path)!r}: {e}") from e
-    missing = [k for k in ("hyper_parameters", "state_dict", "seqenc") if k not in ckpt]
+    missing = [k for k in ("hyper_parameters", "state_dict", "encoder_config") if k not in ckpt]
+    if not any(isinstance(v, dict) and "spec" in v for v in ckpt.values()):
+        missing.append("the DataModule's spec")
     if missing:
         raise SeqencError(
             f"checkpoint {str(path)!r} lacks {missing}; expected a checkpoint written by "
@@ -301,32 +395,25 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
 def bundle_from_checkpoint(
     ckpt_path: str | Path, output_dir: str | Path, name: str | None = None
 ) -> Path:
-    """Turn a ``seqenc fit`` Lightning checkpoint into a bundle; returns the bundle path."""
-    from seqenc.module import SeqencModule  # Lightning is only needed here
+    """Turn a ``seqenc fit`` Lightning checkpoint into a bundle; returns the bundle path.
 
+    Reads plain data only: the module's ``encoder_config`` and ``encoder.*`` weights, its
+    ``objective`` hyperparameter, and the DataModule's saved spec.
+    """
     ckpt_path = Path(ckpt_path)
     ckpt = _load_checkpoint(ckpt_path)
-    hparams = ckpt["hyper_parameters"]
-    accepted = inspect.signature(SeqencModule.__init__).parameters
     try:
-        module = SeqencModule(**{k: v for k, v in hparams.items() if k in accepted})
+        encoder = SequenceEncoder(EncoderConfig(**ckpt["encoder_config"]))
         prefix = "encoder."
-        module.encoder.load_state_dict(
+        encoder.load_state_dict(
             {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
         )
-        vocabs = Vocabularies.from_dict(ckpt["seqenc"]["vocabs"])
-        schema = EventSchema(**ckpt["seqenc"]["schema"])
+        state = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)
+        spec = DataSpec.from_dict(state["spec"])
+        objective = ckpt["hyper_parameters"]["objective"]
     except (TypeError, KeyError, RuntimeError, SeqencError) as e:
         raise SeqencError(f"checkpoint {str(ckpt_path)!r} is not a usable seqenc model: {e}") from e
-    return save_bundle(
-        output_dir,
-        module.encoder,
-        vocabs,
-        schema,
-        max_len=hparams["max_len"],
-        objective=hparams["objective"],
-        name=name,
-    )
+    return save_bundle(output_dir, encoder, spec, objective=objective, name=name)
 
 
 def main(argv: list[str]) -> None:

@@ -6,42 +6,36 @@ import sys
 import time
 from pathlib import Path
 
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
-from seqenc import __version__
-from seqenc.bundle import bundle_from_checkpoint, save_bundle
 from seqenc.bundle import main as bundle_main
+from seqenc.callbacks import ConfiguredEarlyStopping, WriteBundle
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.module import SeqencModule
+from seqenc.version import __version__
 
 MONITOR = "val/ndcg@10"
 USAGE = """seqenc: event streams to embeddings with a small Transformer.
 
-  seqenc fit|validate|test|predict --config configs/X.yaml [--print_config]   (LightningCLI)
+  seqenc fit|validate|test --config configs/X.yaml [--print_config]   (LightningCLI)
   seqenc bundle --ckpt CKPT --output DIR       make a model bundle from a checkpoint
   seqenc embed --model BUNDLE --events PATH --output FILE.parquet [--as-of TIME]
   seqenc --version
 """
 
 
-class ConfiguredEarlyStopping(EarlyStopping):
-    """Early stopping whose ``patience`` is the config's even when a run resumes from a checkpoint
-    (Lightning's own restores the checkpoint's patience, so a resumed run could not relax it)."""
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        patience = self.patience
-        super().load_state_dict(state_dict)
-        self.patience = patience
-
-
 class SeqencCLI(LightningCLI):
-    """Wires the data module's vocabulary sizes into the model, and tests the best checkpoint
-    right after ``fit``."""
+    """Wires the data module's spec into the model, tests the best checkpoint right after ``fit``
+    and prints where the checkpoint and the bundle are. Embeddings are made by ``seqenc embed``
+    (one prediction path), so there is no ``predict`` subcommand."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("data.model_inputs", "model.inputs", apply_on="instantiate")
-        parser.link_arguments("data.max_len", "model.max_len")
+        parser.link_arguments("data.spec", "model.spec", apply_on="instantiate")
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
@@ -54,33 +48,13 @@ class SeqencCLI(LightningCLI):
         )
 
     def after_fit(self) -> None:
-        best = (
-            self.trainer.checkpoint_callback.best_model_path
-            if self.trainer.checkpoint_callback
-            else ""
+        writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))
+        self.trainer.test(
+            self.model, datamodule=self.datamodule, ckpt_path=writer.checkpoint or None
         )
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
         if self.trainer.is_global_zero:
-            print(f"checkpoint: {best or '(none saved)'}")
-            print(f"bundle: {self._write_bundle(best)}")
-
-    def _write_bundle(self, best: str) -> Path:
-        """The model bundle in ``<log_dir>/bundle``: from the best checkpoint, else the live model."""
-        output = Path(self.trainer.log_dir or ".") / "bundle"
-        logger = self.trainer.logger
-        name = f"{logger.name}-{logger.version}" if logger else None
-        if best:
-            return bundle_from_checkpoint(best, output, name=name)
-        hp = self.model.hparams
-        return save_bundle(
-            output,
-            self.model.encoder,
-            self.datamodule.vocabs,
-            self.datamodule.schema_used,
-            max_len=hp.max_len,
-            objective=hp.objective,
-            name=name,
-        )
+            print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
+            print(f"bundle: {writer.path}")
 
 
 def _run_name(argv: list[str]) -> str:
@@ -94,8 +68,9 @@ def _run_name(argv: list[str]) -> str:
 
 
 def trainer_defaults(name: str) -> dict:
-    """Checkpoints of the best validation NDCG@10 and of the last epoch, gradient clipping, CSV +
-    TensorBoard logs in one folder (early stopping is the ``early_stopping`` config section)."""
+    """Checkpoints of the best validation NDCG@10 and of the last epoch, the bundle at the end,
+    gradient clipping, CSV + TensorBoard logs in one folder (early stopping is the
+    ``early_stopping`` config section)."""
     version = time.strftime("%Y%m%d-%H%M%S")
     loggers = [
         {
@@ -111,6 +86,7 @@ def trainer_defaults(name: str) -> dict:
         "callbacks": [
             ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
             ModelCheckpoint(filename="last"),
+            WriteBundle(),
         ],
         "use_distributed_sampler": False,
         "gradient_clip_val": 1.0,

@@ -4,49 +4,34 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from seqenc.data.batches import Batch
-from seqenc.data.vocab import N_SPECIAL
+from seqenc.data.spec import DataSpec
 from seqenc.metrics import RankingMetrics
+from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import compute_loss
-from seqenc.model.masking import mask_items, next_item_targets
+from seqenc.model.objectives import Causal, Masked
 
 log = logging.getLogger(__name__)
-
-
-def causal_targets(batch: Batch) -> tuple[Batch, torch.Tensor]:
-    """Input = each window but its newest event; target at position i = event i + 1.
-
-    Recency is re-measured from the newest *input* event, as at evaluation and inference:
-    measured from the window's last event it would tell every position how long until the
-    target arrives, a leak the model cannot have at inference time.
-    """
-    labels = next_item_targets(batch.items, batch.lengths)
-    inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
-    last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
-    dt_ref = (batch.dt_ref - batch.dt_ref.gather(1, last_input)).clamp(min=0)
-    return replace(inputs, dt_ref=dt_ref * inputs.padding_mask), labels
 
 
 class SeqencModule(pl.LightningModule):
     """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
 
     Args:
-        inputs: what the model must know of the data, from
-            :attr:`SequenceDataModule.model_inputs` (the CLI links it): ``n_items``,
-            ``categorical_sizes``, ``n_numeric``, ``has_time``.
-        objective: ``"causal"`` (next item at every position) or ``"masked"`` (cloze).
+        spec: what the model must agree on with the data, from :attr:`SequenceDataModule.spec`
+            (the CLI links it): vocabularies, feature columns, ``max_len``, whether there is time.
+        objective: ``"causal"`` (next item at every position) or ``"masked"`` (cloze), see
+            :mod:`seqenc.model.objectives`.
         d_model, n_layers, n_heads, ffn_mult, dropout, positional, pooling, normalize: encoder shape
-            (see :class:`~seqenc.model.encoder.EncoderConfig`).
+            (see :class:`~seqenc.model.encoder.EncoderConfig`, whose defaults these are).
         time: time-delta encodings; ``None`` = on exactly when the data has real timestamps.
-        max_len: longest history the model sees.
         loss: ``"ce"`` (full softmax), ``"sampled_softmax"``, ``"bce"`` or ``"gbce"``.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
             ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
@@ -60,23 +45,22 @@ class SeqencModule(pl.LightningModule):
 
     def __init__(
         self,
-        inputs: dict[str, Any],
+        spec: DataSpec,
         objective: Literal["causal", "masked"] = "causal",
-        d_model: int = 128,
-        n_layers: int = 2,
-        n_heads: int = 2,
-        ffn_mult: int = 4,
-        dropout: float = 0.2,
-        positional: Literal["learned", "rope", "none"] = "learned",
+        d_model: int = EncoderConfig.d_model,
+        n_layers: int = EncoderConfig.n_layers,
+        n_heads: int = EncoderConfig.n_heads,
+        ffn_mult: int = EncoderConfig.ffn_mult,
+        dropout: float = EncoderConfig.dropout,
+        positional: Literal["learned", "rope", "none"] = EncoderConfig.positional,
         time: bool | None = None,
-        pooling: Literal["last", "mean"] = "last",
-        normalize: bool = False,
-        max_len: int = 200,
+        pooling: Literal["last", "mean"] = EncoderConfig.pooling,
+        normalize: bool = EncoderConfig.normalize,
         loss: Literal["ce", "sampled_softmax", "bce", "gbce"] = "ce",
         loss_options: dict[str, Any] | None = None,
-        mask_prob: float = 0.2,
-        replace_rule: bool = False,
-        mask_last_prob: float = 0.0,
+        mask_prob: float = Masked.mask_prob,
+        replace_rule: bool = Masked.replace_rule,
+        mask_last_prob: float = Masked.mask_last_prob,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -84,21 +68,25 @@ class SeqencModule(pl.LightningModule):
         ks: tuple[int, ...] = (10, 20),
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        use_time = inputs.get("has_time", False) if time is None else time
+        # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
+        self.save_hyperparameters(ignore=["spec"])
+        self.spec = spec
+        self.objective = (
+            Causal() if objective == "causal" else Masked(mask_prob, replace_rule, mask_last_prob)
+        )
         self.config = EncoderConfig(
-            n_items=inputs["n_items"],
+            n_items=spec.n_items,
             d_model=d_model,
             n_layers=n_layers,
             n_heads=n_heads,
             ffn_mult=ffn_mult,
             dropout=dropout,
-            max_len=max_len,
+            max_len=spec.max_len,
             positional=positional,
-            time=bool(use_time),
-            categorical_sizes=tuple(inputs.get("categorical_sizes", ())),
-            n_numeric=inputs.get("n_numeric", 0),
-            causal=objective == "causal",
+            time=spec.has_time if time is None else bool(time),
+            categorical_sizes=spec.categorical_sizes,
+            n_numeric=spec.n_numeric,
+            causal=self.objective.causal,
             pooling=pooling,
             normalize=normalize,
         )
@@ -109,19 +97,7 @@ class SeqencModule(pl.LightningModule):
     # ---- training -------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams
-        if hp.objective == "causal":
-            inputs, labels = causal_targets(batch)
-        else:
-            items, labels = mask_items(
-                batch.items,
-                batch.lengths,
-                hp.mask_prob,
-                None,
-                self.config.n_items,
-                hp.replace_rule,
-                hp.mask_last_prob,
-            )
-            inputs = replace(batch, items=items)
+        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
         loss = compute_loss(
@@ -135,9 +111,10 @@ class SeqencModule(pl.LightningModule):
         return loss
 
     def configure_optimizers(self) -> dict[str, Any]:
+        # As nanoGPT: weight matrices and embedding tables are decayed, biases and norms are not.
         decay, no_decay = [], []
-        for name, param in self.named_parameters():
-            (decay if param.ndim >= 2 and "embedding" not in name else no_decay).append(param)
+        for param in self.parameters():
+            (decay if param.ndim >= 2 else no_decay).append(param)
         optimizer = torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": self.hparams.weight_decay},
@@ -195,21 +172,13 @@ class SeqencModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test", self.test_metrics)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
+        checkpoint["encoder_config"] = asdict(self.config)
+
     def on_fit_start(self) -> None:
         log.info(
             "evaluation: leave-one-out, full ranking over %d items, seen items %s",
             self.config.n_items - N_SPECIAL,
             "filtered" if self.hparams.filter_seen else "kept",
         )
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the vocabularies and schema beside the weights (plain data) for bundles."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
-        if datamodule is not None:
-            checkpoint["seqenc"] = {
-                "vocabs": datamodule.vocabs.to_dict(),
-                "schema": asdict(datamodule.schema_used),
-            }
-
-    def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, torch.Tensor]:
-        return {"index": batch.index, "embedding": self.encoder.entity_embedding(batch).float()}

@@ -24,6 +24,7 @@ from seqenc.cli import main as cli_main
 from seqenc.data.batches import collate
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.sequences import build_sequences
+from seqenc.data.spec import DataSpec
 from seqenc.data.split import full_view
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
@@ -73,7 +74,7 @@ def test_config_hash_depends_on_configuration_not_weights(tmp_path):
 def _train_checkpoint(tmp_path: Path) -> tuple[Path, SeqencModule]:
     """Two training steps of a tiny SeqencModule, checkpointed by a Lightning Trainer."""
     data = SequenceDataModule(tiny_events(), schema=SCHEMA, max_len=16, batch_size=16)
-    module = SeqencModule(data.model_inputs, d_model=16, n_layers=1, max_len=16)
+    module = SeqencModule(data.spec, d_model=16, n_layers=1)
     trainer = pl.Trainer(
         max_steps=2,
         logger=False,
@@ -191,7 +192,7 @@ def test_missing_bundle_and_vocab_mismatch(tmp_path):
     _, vocabs = build_sequences(events.head(30), SCHEMA, max_len=None)  # fewer items
     encoder, _, _ = load_bundle(tiny_bundle(tmp_path / "b", events))
     with pytest.raises(SeqencError, match="do not match the encoder"):
-        save_bundle(tmp_path / "c", encoder, vocabs, SCHEMA, max_len=24)
+        save_bundle(tmp_path / "c", encoder, DataSpec(SCHEMA, vocabs, 24))
 
 
 def test_writes_are_atomic_and_only_replace_bundles(tmp_path, monkeypatch):

@@ -63,18 +63,18 @@ def test_workers_give_the_same_batches(events):
 
 def test_model_inputs_describe_the_data(events):
     dm = _datamodule(events)
-    inputs = dm.model_inputs
-    assert inputs["n_items"] == events["item_id"].nunique() + 3
-    assert inputs["categorical_sizes"] == [
+    spec = dm.spec
+    assert spec.n_items == events["item_id"].nunique() + 3
+    assert list(spec.categorical_sizes) == [
         events[c].nunique() + 3 for c in ("event_type", "channel")
     ]
-    assert inputs["n_numeric"] == 1 and inputs["has_time"] is True
+    assert spec.n_numeric == 1 and spec.has_time is True
 
 
 def test_loader_formats_without_time(tmp_path):
     path = tmp_path / "seqs.txt"
     path.write_text("".join(f"{u} {i}\n" for u in range(1, 6) for i in range(1, 8)))
     dm = SequenceDataModule(str(path), format="sasrec", max_len=10)
-    assert dm.schema_used.timestamp is None
-    assert dm.model_inputs["has_time"] is False
+    assert dm.spec.schema.timestamp is None
+    assert dm.spec.has_time is False
     assert len(dm.splits[0]) == 5

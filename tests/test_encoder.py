@@ -15,6 +15,7 @@ from seqenc.model.embeddings import signed_log, time_bucket
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import full_softmax_ce
 from seqenc.model.masking import next_item_targets
+from seqenc.model.objectives import Masked
 
 MASK, N_SPECIAL = (
     1,
@@ -137,16 +138,15 @@ def test_empty_histories_are_finite(
 
 
 def test_append_mask() -> None:
-    model = make_model(causal=False)
     batch = make_batch([[5, 6, 7], [8], []], width=4)
-    out = model.append_mask(batch)
+    out = Masked().query(batch)
     assert out.items.shape == (3, 4)  # no row was full: width unchanged
     assert out.lengths.tolist() == [4, 2, 1]
     assert out.items.tolist() == [[5, 6, 7, MASK], [8, MASK, 0, 0], [MASK, 0, 0, 0]]
     assert out.dt_prev[0, 3] == batch.dt_ref[0, 2] and out.dt_prev[1, 1] == batch.dt_ref[1, 0]
     assert out.dt_prev[2, 0] == 0 and (out.dt_ref[[0, 1, 2], [3, 1, 0]] == 0).all()
     assert out.index is batch.index and batch.lengths.tolist() == [3, 1, 0]  # input untouched
-    full = model.append_mask(make_batch([[5, 6, 7], [8]]))
+    full = Masked().query(make_batch([[5, 6, 7], [8]]))
     assert (
         full.items.shape == (2, 4) and full.items[0, 3] == MASK and full.lengths.tolist() == [4, 2]
     )

@@ -2,11 +2,20 @@
 
 import torch
 
-from seqenc.data.batches import Batch
+from seqenc.data.schema import EventSchema
+from seqenc.data.spec import DataSpec
+from seqenc.data.vocab import Vocabularies, Vocabulary
+from seqenc.model.batch import Batch
 from seqenc.model.masking import IGNORE
-from seqenc.module import SeqencModule, causal_targets
+from seqenc.model.objectives import Causal
+from seqenc.module import SeqencModule
 
-INPUTS = {"n_items": 13, "categorical_sizes": [], "n_numeric": 0, "has_time": True}
+# 10 real items + 3 specials = 13 ids, with time, no event features
+SPEC = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), max_len=8)
+
+
+def causal_targets(batch):
+    return Causal().training_pair(batch, SPEC.n_items)
 
 
 def _batch(items, lengths, target=None, seen=None):
@@ -42,7 +51,7 @@ def test_causal_inputs_measure_recency_from_the_newest_input():
 
 
 def test_item_scores_filter_seen_but_keep_target():
-    module = SeqencModule(INPUTS, d_model=8, n_heads=2, max_len=8).eval()
+    module = SeqencModule(SPEC, d_model=8, n_heads=2).eval()
     # row 0 saw items 5 and 6, its target 6 is a repeat; row 1 saw 9
     batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 4], seen=[[0, 0, 1], [5, 6, 9]])
     with torch.no_grad():
@@ -59,7 +68,7 @@ def test_training_step_runs_both_objectives():
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for objective in ("causal", "masked"):
-        module = SeqencModule(INPUTS, objective=objective, d_model=8, n_heads=2, max_len=8)
+        module = SeqencModule(SPEC, objective=objective, d_model=8, n_heads=2)
         loss = module.training_step(batch, 0)
         loss.backward()
         assert torch.isfinite(loss) and loss > 0

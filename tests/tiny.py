@@ -11,6 +11,7 @@ import torch
 from seqenc.bundle import save_bundle
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
+from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 
@@ -45,4 +46,5 @@ def tiny_bundle(
         causal=causal,
         pooling=pooling,
     )
-    return save_bundle(path, SequenceEncoder(config), vocabs, SCHEMA, max_len=max_len, name="tiny")
+    spec = DataSpec(SCHEMA, vocabs, max_len)
+    return save_bundle(path, SequenceEncoder(config), spec, name="tiny")

@@ -1,4 +1,4 @@
-"""The LightningDataModule: an event log → leave-one-out train / val / test loaders, and predict."""
+"""The LightningDataModule: an event log → leave-one-out train / val / test loaders and its DataSpec."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore, build_sequences
-from seqenc.data.split import SequenceView, full_view, leave_one_out
+from seqenc.data.spec import DataSpec
+from seqenc.data.split import SequenceView, leave_one_out
 from seqenc.data.vocab import Vocabularies
 
 
@@ -41,8 +42,9 @@ class SequenceDataModule(pl.LightningDataModule):
             :func:`seqenc.data.loaders.load_dataset` (``"movielens"``, ``"movielens-latest"``,
             ``"sasrec"``, ``"ml1m-sequences"``, ``"auto"``).
         schema: column names for ``format="events"``.
-        max_len: events per history fed to the model (the newest ones); a training window holds
-            ``max_len + 1`` events for the causal objective's shifted targets.
+        max_len: events per history fed to the model (the newest ones). A training sample holds
+            ``max_len + 1`` events: a history and the event that follows it, which the objective
+            turns into inputs and labels (:mod:`seqenc.model.objectives`).
         min_len: entities with fewer events are left out of the splits.
         min_count: items seen fewer times map to UNK.
         batch_size, eval_batch_size: samples per training / evaluation batch.
@@ -70,6 +72,7 @@ class SequenceDataModule(pl.LightningDataModule):
         self.max_len, self.min_len, self.min_count = max_len, min_len, min_count
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
+        self._restored_vocabs: Vocabularies | None = None
 
     @cached_property
     def _events(self) -> tuple[Any, EventSchema]:
@@ -78,15 +81,12 @@ class SequenceDataModule(pl.LightningDataModule):
         events = load_dataset(self.path, self.format)
         return events, EventSchema(timestamp="timestamp" if "timestamp" in events.columns else None)
 
-    @property
-    def schema_used(self) -> EventSchema:
-        """The schema the log was read with (derived from the loader for non-generic formats)."""
-        return self._events[1]
-
     @cached_property
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self._events
-        return build_sequences(events, schema, max_len=None, min_count=self.min_count)
+        return build_sequences(
+            events, schema, max_len=None, min_count=self.min_count, vocabs=self._restored_vocabs
+        )
 
     @property
     def store(self) -> SequenceStore:
@@ -102,14 +102,21 @@ class SequenceDataModule(pl.LightningDataModule):
         return leave_one_out(self.store, min_len=self.min_len)
 
     @property
-    def model_inputs(self) -> dict[str, Any]:
-        """What the model must know of the data: vocabulary sizes, feature counts, time."""
-        return {
-            "n_items": len(self.vocabs.item),
-            "categorical_sizes": [len(self.vocabs.categorical[c]) for c in self.store.categorical],
-            "n_numeric": len(self.store.numeric),
-            "has_time": bool(self.store.has_time),
-        }
+    def spec(self) -> DataSpec:
+        """What the model must agree on with this data (the CLI links it into the model)."""
+        return DataSpec(schema=self._events[1], vocabs=self.vocabs, max_len=self.max_len)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint: the spec, plain data only."""
+        return {"spec": self.spec.to_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Encode the data with the checkpoint's vocabularies from now on (resume, test)."""
+        vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
+        if vocabs != self.vocabs:
+            self._restored_vocabs = vocabs
+            for name in ("_built", "splits"):
+                self.__dict__.pop(name, None)
 
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
         trainer = self.trainer
@@ -123,7 +130,7 @@ class SequenceDataModule(pl.LightningDataModule):
             world_size=trainer.world_size if trainer else 1,
             even_shards=train,
         )
-        # Training windows hold one extra event: the causal objective's shifted target.
+        # A training sample is a history plus the event that follows it (see ``max_len``).
         max_len = self.max_len + 1 if train else self.max_len
         return DataLoader(
             ViewDataset(view, max_len, with_seen),
@@ -146,6 +153,3 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.splits[2], train=False, with_seen=True)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(full_view(self.store), train=False)

@@ -18,11 +18,7 @@ import pyarrow.compute as pc
 
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
-
-PAD = 0
-MASK = 1
-UNK = 2
-N_SPECIAL = 3
+from seqenc.model.batch import MASK, N_SPECIAL, PAD, UNK
 
 _ARROW_TYPE = {"int64": pa.int64(), "string": pa.large_string()}
 

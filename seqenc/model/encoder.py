@@ -7,17 +7,17 @@ after its history and reading the hidden state there).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqenc.data.batches import Batch
-from seqenc.data.vocab import MASK, N_SPECIAL
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask
+from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights
+from seqenc.model.objectives import readout_objective
 
 POSITIONALS = ("learned", "rope", "none")
 POOLINGS = ("last", "mean")
@@ -105,7 +105,7 @@ class Block(nn.Module):
 
 
 class SequenceEncoder(nn.Module):
-    """Event histories (:class:`~seqenc.data.batches.Batch`) → hidden states and entity embeddings."""
+    """Event histories (:class:`~seqenc.model.batch.Batch`) → hidden states and entity embeddings."""
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -154,53 +154,14 @@ class SequenceEncoder(nn.Module):
             x = block(x, causal, mask, self.rope)
         return self.ln_final(x)
 
-    def append_mask(self, batch: Batch) -> Batch:
-        """The batch with one [MASK] token right after each history (lengths + 1).
-
-        The width grows by one only when some row is full. The MASK token's ``dt_prev`` is the gap
-        from the last event to the reference time (that event's ``dt_ref``) and its ``dt_ref`` is 0:
-        it stands for "the next event, now". Its categorical ids and numeric values are 0.
-        """
-        lengths = batch.lengths
-        grow = int(bool((lengths >= batch.items.shape[1]).any()))
-
-        def widen(t: Tensor) -> Tensor:
-            if not grow:
-                return t.clone()
-            pad = t.new_zeros((t.shape[0], grow, *t.shape[2:]))
-            return torch.cat([t, pad], dim=1)
-
-        rows = torch.arange(len(batch), device=lengths.device)
-        last = (lengths - 1).clamp(min=0)
-        gap = torch.where(
-            lengths > 0, batch.dt_ref[rows, last], torch.zeros_like(batch.dt_ref[:, 0])
-        )
-        items, dt_prev, dt_ref = widen(batch.items), widen(batch.dt_prev), widen(batch.dt_ref)
-        categorical, numeric = widen(batch.categorical), widen(batch.numeric)
-        items[rows, lengths] = MASK
-        dt_prev[rows, lengths] = gap
-        dt_ref[rows, lengths] = 0.0
-        categorical[rows, lengths] = 0
-        numeric[rows, lengths] = 0.0
-        return replace(
-            batch,
-            items=items,
-            lengths=lengths + 1,
-            dt_prev=dt_prev,
-            dt_ref=dt_ref,
-            categorical=categorical,
-            numeric=numeric,
-        )
-
     def entity_embedding(self, batch: Batch) -> Tensor:
         """``[B, d]`` one vector per history.
 
-        Causal: the hidden state at the last real event. Bidirectional: the hidden state at a [MASK]
-        appended after the history. ``pooling="mean"`` averages the real positions instead (including
+        The objective decides where (:meth:`~seqenc.model.objectives.Causal.query`): causal, the hidden
+        state at the last real event; bidirectional, at a [MASK] appended after the history. ``pooling="mean"`` averages the real positions instead (including
         the appended MASK when bidirectional). An empty history gives a finite vector.
         """
-        if not self.config.causal:
-            batch = self.append_mask(batch)
+        batch = readout_objective(self.config.causal).query(batch)
         hidden = self(batch)
         if self.config.pooling == "mean":
             weights = batch.padding_mask.to(hidden.dtype)[..., None]

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.linalg import vector_norm
 
-from seqenc.data.vocab import N_SPECIAL
 from seqenc.errors import SeqencError
+from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
 
 # Logits per chunk of the fused CE. On a CPU a chunk should stay in cache (4 MB in float32: ~280 rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqenc.data.vocab import MASK, N_SPECIAL
+from seqenc.model.batch import MASK, N_SPECIAL
 
 IGNORE = -100
 

@@ -1,0 +1,83 @@
+"""What a trained model must agree on with the data it reads: one object, one owner."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from seqenc.data.schema import EventSchema
+from seqenc.data.vocab import Vocabularies
+from seqenc.errors import SeqencError
+
+
+class DataSpec:
+    """The data side of the model contract.
+
+    The DataModule produces it (and saves / restores it through its ``state_dict``); the
+    LightningModule builds its encoder from it; a bundle stores it beside the weights, so inference
+    reads new events exactly as training did.
+
+    Attributes:
+        schema: the event-log columns.
+        vocabs: item and categorical vocabularies.
+        max_len: the newest ``max_len`` events of a history are fed to the model.
+
+    A plain class, not a dataclass: LightningCLI links the object itself into the model instead of
+    expanding its fields into command-line options.
+    """
+
+    def __init__(self, schema: EventSchema, vocabs: Vocabularies, max_len: int) -> None:
+        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+            raise SeqencError(f"max_len must be a positive integer, got {max_len!r}")
+        missing = [c for c in schema.categorical if c not in vocabs.categorical]
+        if missing:
+            raise SeqencError(f"no vocabulary for categorical column(s) {missing}")
+        self.schema, self.vocabs, self.max_len = schema, vocabs, max_len
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DataSpec) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"DataSpec(schema={self.schema!r}, n_items={self.n_items}, max_len={self.max_len})"
+
+    @property
+    def has_time(self) -> bool:
+        """Whether the log has real timestamps (time encodings can be used)."""
+        return self.schema.timestamp is not None
+
+    @property
+    def n_items(self) -> int:
+        """Item vocabulary size, the special ids included."""
+        return len(self.vocabs.item)
+
+    @property
+    def categorical_sizes(self) -> tuple[int, ...]:
+        """Vocabulary size of each categorical column, in schema order."""
+        return tuple(len(self.vocabs.categorical[c]) for c in self.schema.categorical)
+
+    @property
+    def n_numeric(self) -> int:
+        return len(self.schema.numeric)
+
+    def to_dict(self, with_vocabs: bool = True) -> dict[str, Any]:
+        """Plain JSON-able form (bundles keep the vocabularies in a file of their own)."""
+        d = {"schema": asdict(self.schema), "max_len": self.max_len}
+        return d | ({"vocabs": self.vocabs.to_dict()} if with_vocabs else {})
+
+    @classmethod
+    def from_dict(cls, d: Any, vocabs: Vocabularies | None = None) -> DataSpec:
+        """Inverse of :meth:`to_dict`; ``vocabs`` when they were stored apart."""
+        if not isinstance(d, dict):
+            raise SeqencError(f"data spec: expected an object, got {type(d).__name__}")
+        keys = {"schema", "max_len"} | ({"vocabs"} if vocabs is None else set())
+        missing = sorted(keys - set(d))
+        if missing:
+            raise SeqencError(f"data spec: missing key(s) {missing}")
+        if not isinstance(d["schema"], dict):
+            raise SeqencError("data spec: 'schema' must be an object of column names")
+        try:
+            schema = EventSchema(**d["schema"])
+        except TypeError as e:
+            raise SeqencError(f"data spec: invalid schema: {e}") from e
+        vocabs = vocabs if vocabs is not None else Vocabularies.from_dict(d["vocabs"])
+        return cls(schema, vocabs, d["max_len"])

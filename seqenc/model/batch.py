@@ -1,0 +1,79 @@
+"""The batch format every model entry point consumes, and the special item ids.
+
+Histories are **right-padded**: position 0 is the oldest kept event, ``lengths[b] - 1`` the newest, and
+positions from ``lengths[b]`` on hold PAD (item id 0). With right padding a causal model needs no mask
+at all (``is_causal=True`` never lets a real event see a later slot), so the FlashAttention kernel
+can run on mixed-length batches; bidirectional attention uses :attr:`Batch.padding_mask`.
+
+This module imports torch only, so the model package stands alone; the data layer builds batches
+(:func:`seqenc.data.batches.collate`) and vocabularies with these ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+PAD = 0  # padding after a history; also the PAD row of every embedding table
+MASK = 1  # the cloze token of the masked objective
+UNK = 2  # an item or category the vocabulary does not know
+N_SPECIAL = 3  # real vocabulary ids start here
+
+
+@dataclass
+class Batch:
+    """A padded batch of event histories.
+
+    Attributes:
+        items: ``[B, L]`` int64 item vocabulary ids, PAD (0) after ``lengths``.
+        lengths: ``[B]`` int64 number of real events per row (0 for an empty history).
+        dt_prev: ``[B, L]`` float32 seconds since the previous event (0 for the first and for PAD).
+        dt_ref: ``[B, L]`` float32 seconds from the event to the reference time (recency).
+        categorical: ``[B, L, C]`` int64 categorical feature ids (C may be 0).
+        numeric: ``[B, L, N]`` float32 numeric features (N may be 0).
+        index: ``[B]`` int64 position of each history in the samples it was collated from (for a
+            whole-store view, its store row): results are scattered back by it.
+        target: ``[B]`` int64 held-out next item (validation / test), or ``None``.
+        seen: ``[2, S]`` int64 (batch row, item id) pairs of every item in each row's full history,
+            for filtering already-seen items at evaluation, or ``None``.
+    """
+
+    items: torch.Tensor
+    lengths: torch.Tensor
+    dt_prev: torch.Tensor
+    dt_ref: torch.Tensor
+    categorical: torch.Tensor
+    numeric: torch.Tensor
+    index: torch.Tensor
+    target: torch.Tensor | None = None
+    seen: torch.Tensor | None = None
+
+    @property
+    def padding_mask(self) -> torch.Tensor:
+        """``[B, L]`` bool, True on real events."""
+        positions = torch.arange(self.items.shape[1], device=self.items.device)
+        return positions[None, :] < self.lengths[:, None]
+
+    def __len__(self) -> int:
+        return self.items.shape[0]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """Move every tensor to ``device`` (Lightning calls this through ``transfer_batch_to_device``)."""
+        moved = {
+            f.name: None if v is None else v.to(device, non_blocking=non_blocking)
+            for f in fields(self)
+            for v in [getattr(self, f.name)]
+        }
+        return Batch(**moved)
+
+    def pin_memory(self) -> Batch:
+        """Pinned copy for fast host→GPU transfer (called by the DataLoader when ``pin_memory=True``)."""
+        return replace(
+            self,
+            **{
+                f.name: getattr(self, f.name).pin_memory()
+                for f in fields(self)
+                if getattr(self, f.name) is not None
+            },
+        )

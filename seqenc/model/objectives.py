@@ -1,0 +1,123 @@
+"""The training objectives: what a batch means for training, and where an entity is read out.
+
+An objective owns the two ends of the model contract that differ between SASRec and BERT4Rec:
+
+- ``training_pair``: a training window (``max_len + 1`` events, see
+  :mod:`seqenc.data.datamodule`) → ``(inputs, labels)``;
+- ``query``: a history → the batch whose last real position holds the entity's embedding.
+
+``causal`` (SASRec): inputs are the window but its newest event, the label at position i is event
+i + 1; the entity is read at its newest event. ``masked`` (BERT4Rec): random positions become [MASK]
+and are the labels; the entity is read at one [MASK] appended after its history ("the next event").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from seqenc.model.batch import MASK, Batch
+from seqenc.model.masking import mask_items, next_item_targets
+
+
+@dataclass(frozen=True)
+class Causal:
+    """Next item at every position (SASRec); attention sees only the past."""
+
+    name = "causal"
+    causal = True
+
+    def training_pair(self, batch: Batch, n_items: int) -> tuple[Batch, Tensor]:
+        """Input = each window but its newest event; target at position i = event i + 1.
+
+        Recency is re-measured from the newest *input* event, as at evaluation and inference:
+        measured from the window's last event it would tell every position how long until the
+        target arrives, a leak the model cannot have at inference time.
+        """
+        labels = next_item_targets(batch.items, batch.lengths)
+        inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
+        last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
+        dt_ref = (batch.dt_ref - batch.dt_ref.gather(1, last_input)).clamp(min=0)
+        return replace(inputs, dt_ref=dt_ref * inputs.padding_mask), labels
+
+    def query(self, batch: Batch) -> Batch:
+        """The history itself: its newest event is read out."""
+        return batch
+
+
+@dataclass(frozen=True)
+class Masked:
+    """Cloze (BERT4Rec); attention is bidirectional. See :func:`~seqenc.model.masking.mask_items`.
+
+    Attributes:
+        mask_prob: share of positions masked in training.
+        replace_rule: BERT's 80/10/10 rule instead of always [MASK].
+        mask_last_prob: share of training rows that get a single [MASK] on their newest event only.
+    """
+
+    mask_prob: float = 0.2
+    replace_rule: bool = False
+    mask_last_prob: float = 0.0
+    name = "masked"
+    causal = False
+
+    def training_pair(self, batch: Batch, n_items: int) -> tuple[Batch, Tensor]:
+        items, labels = mask_items(
+            batch.items,
+            batch.lengths,
+            self.mask_prob,
+            None,
+            n_items,
+            self.replace_rule,
+            self.mask_last_prob,
+        )
+        return replace(batch, items=items), labels
+
+    def query(self, batch: Batch) -> Batch:
+        """The batch with one [MASK] token right after each history (lengths + 1).
+
+        The width grows by one only when some row is full. The MASK token's ``dt_prev`` is the gap
+        from the last event to the reference time (that event's ``dt_ref``) and its ``dt_ref`` is 0:
+        it stands for "the next event, now". Its categorical ids and numeric values are 0.
+        """
+        lengths = batch.lengths
+        grow = int(bool((lengths >= batch.items.shape[1]).any()))
+
+        def widen(t: Tensor) -> Tensor:
+            if not grow:
+                return t.clone()
+            pad = t.new_zeros((t.shape[0], grow, *t.shape[2:]))
+            return torch.cat([t, pad], dim=1)
+
+        rows = torch.arange(len(batch), device=lengths.device)
+        last = (lengths - 1).clamp(min=0)
+        gap = torch.where(
+            lengths > 0, batch.dt_ref[rows, last], torch.zeros_like(batch.dt_ref[:, 0])
+        )
+        items, dt_prev, dt_ref = widen(batch.items), widen(batch.dt_prev), widen(batch.dt_ref)
+        categorical, numeric = widen(batch.categorical), widen(batch.numeric)
+        items[rows, lengths] = MASK
+        dt_prev[rows, lengths] = gap
+        dt_ref[rows, lengths] = 0.0
+        categorical[rows, lengths] = 0
+        numeric[rows, lengths] = 0.0
+        return replace(
+            batch,
+            items=items,
+            lengths=lengths + 1,
+            dt_prev=dt_prev,
+            dt_ref=dt_ref,
+            categorical=categorical,
+            numeric=numeric,
+        )
+
+
+Objective = Causal | Masked
+OBJECTIVES = {"causal": Causal, "masked": Masked}
+
+
+def readout_objective(causal: bool) -> Objective:
+    """The objective whose readout fits an encoder with (``causal``) or without causal attention."""
+    return Causal() if causal else Masked()
