@@ -21,7 +21,6 @@ never leaves a half-written bundle. Bundles written before ``vocab_sha256`` exis
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -414,19 +413,3 @@ def bundle_from_checkpoint(
     except (TypeError, KeyError, RuntimeError, SeqencError) as e:
         raise SeqencError(f"checkpoint {str(ckpt_path)!r} is not a usable seqenc model: {e}") from e
     return save_bundle(output_dir, encoder, spec, objective=objective, name=name)
-
-
-def main(argv: list[str]) -> None:
-    """``seqenc bundle --ckpt CKPT --output DIR [--name NAME]``."""
-    parser = argparse.ArgumentParser(
-        prog="seqenc bundle", description="Turn a seqenc Lightning checkpoint into a model bundle."
-    )
-    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `seqenc fit`")
-    parser.add_argument("--output", required=True, help="bundle directory to write")
-    parser.add_argument("--name", default=None, help="model name (default: the directory name)")
-    args = parser.parse_args(argv)
-    try:
-        path = bundle_from_checkpoint(args.ckpt, args.output, name=args.name)
-    except SeqencError as e:
-        parser.exit(1, f"seqenc bundle: error: {e}\n")
-    print(f"bundle: {path}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
-from seqenc.bundle import main as bundle_main
+from seqenc.bundle import bundle_from_checkpoint
 from seqenc.callbacks import ConfiguredEarlyStopping, WriteBundle
 from seqenc.data.datamodule import SequenceDataModule
+from seqenc.errors import SeqencError
 from seqenc.module import SeqencModule
 from seqenc.version import __version__
 
@@ -92,6 +94,22 @@ def trainer_defaults(name: str) -> dict:
         "gradient_clip_val": 1.0,
         "max_epochs": 20,
     }
+
+
+def bundle_main(argv: list[str]) -> None:
+    """``seqenc bundle --ckpt CKPT --output DIR [--name NAME]``."""
+    parser = argparse.ArgumentParser(
+        prog="seqenc bundle", description="Turn a seqenc Lightning checkpoint into a model bundle."
+    )
+    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `seqenc fit`")
+    parser.add_argument("--output", required=True, help="bundle directory to write")
+    parser.add_argument("--name", default=None, help="model name (default: the directory name)")
+    args = parser.parse_args(argv)
+    try:
+        path = bundle_from_checkpoint(args.ckpt, args.output, name=args.name)
+    except SeqencError as e:
+        parser.exit(1, f"seqenc bundle: error: {e}\n")
+    print(f"bundle: {path}")
 
 
 def main(argv: list[str] | None = None) -> None:

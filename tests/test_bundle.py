@@ -218,3 +218,47 @@ def test_writes_are_atomic_and_only_replace_bundles(tmp_path, monkeypatch):
         tiny_bundle(path, events)  # the old bundle survives a failed replacement
     assert load_bundle(path)[1].max_len == 12
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "precious"]  # no temp dirs left
+
+
+def test_swapped_vocabulary_values_fail_the_checksum(tmp_path):
+    path = tiny_bundle(tmp_path / "b", tiny_events())
+    vocab = json.loads((path / VOCAB_FILE).read_text())
+    values = vocab["item"]["values"]
+    values[0], values[1] = values[1], values[0]
+    (path / VOCAB_FILE).write_text(json.dumps(vocab) + "\n")
+    with pytest.raises(SeqencError, match=r"vocab.json' is corrupt"):
+        load_bundle(path)
+
+
+def test_bundle_without_vocab_checksum_still_loads(tmp_path, caplog):
+    """Bundles written before vocab_sha256 existed (same format version) load, with a warning."""
+    path = tiny_bundle(tmp_path / "b", tiny_events())
+    config = json.loads((path / CONFIG_FILE).read_text())
+    del config["vocab_sha256"]
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+    encoder, meta, _ = load_bundle(path)
+    assert meta.vocab_sha256 == "" and "not verified" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"encoder": {"d_model": "16"}}, r"encoder.d_model must be int, got '16'"),
+        ({"encoder": {"causal": 1}}, r"encoder.causal must be bool, got 1"),
+        ({"encoder": {"max_len": 12}}, r"max_len 24 must lie in \[1, encoder.max_len = 12\]"),
+        ({"encoder": {"causal": False}}, "does not match encoder.causal"),
+        ({"encoder": {"n_numeric": 0}}, "schema.numeric has 1 column"),
+        ({"schema": {"timestamp": None}}, "encoder.time is true but schema.timestamp is null"),
+        ({"max_len": "24"}, "max_len must be int"),
+        ({"encoder": {"colour": 1}}, r"unknown field\(s\) \['colour'\]"),
+    ],
+)
+def test_config_fields_are_typed_and_cross_checked(tmp_path, edit, message):
+    path = tiny_bundle(tmp_path / "b", tiny_events())
+    config = json.loads((path / CONFIG_FILE).read_text())
+    for key, value in edit.items():
+        config[key] = config[key] | value if isinstance(value, dict) else value
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(SeqencError, match=message) as err:
+        load_bundle(path)
+    assert CONFIG_FILE in str(err.value)
