@@ -12,8 +12,25 @@ from seqenc.bundle import bundle_from_checkpoint, save_bundle
 
 
 class ConfiguredEarlyStopping(EarlyStopping):
-    """Early stopping whose ``patience`` is the config's even when a run resumes from a checkpoint
-    (Lightning's own restores the checkpoint's patience, so a resumed run could not relax it)."""
+    """Early stopping that never ends a run in an early dip, and whose ``patience`` is the config's
+    even when a run resumes from a checkpoint (Lightning's own restores the checkpoint's patience).
+
+    ``min_share``: no stop before this share of ``max_epochs`` has run. On real event logs the
+    validation curve can rise for a few epochs, fall for several while the learning rate is high,
+    then climb for the rest of the schedule; a fixed patience stops every run at the bottom of
+    that dip. After ``min_share`` of the schedule, a run stops when ``patience`` epochs brought no
+    improvement on the best score so far (the dip included). The best checkpoint is kept either way.
+    """
+
+    def __init__(self, *args, min_share: float = 0.5, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.min_share = min_share
+
+    def _run_early_stopping_check(self, trainer: pl.Trainer) -> None:
+        stop_before = trainer.should_stop
+        super()._run_early_stopping_check(trainer)
+        if trainer.current_epoch + 1 < self.min_share * (trainer.max_epochs or 0):
+            trainer.should_stop = stop_before
 
     def load_state_dict(self, state_dict: dict) -> None:
         patience = self.patience

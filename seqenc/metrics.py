@@ -1,4 +1,5 @@
-"""Full-ranking leave-one-out metrics: HR@K, NDCG@K and MRR over every item of the catalogue."""
+"""Full-ranking leave-one-out metrics: HR@K, NDCG@K and MRR over every item of the catalogue, and the
+share of targets that repeat an item of their history."""
 
 from __future__ import annotations
 
@@ -34,10 +35,14 @@ class RankingMetrics(Metric):
                 f"ndcg_{k}", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum"
             )
         self.add_state("mrr", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("repeats", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
-    def update(self, scores: torch.Tensor, target: torch.Tensor) -> None:
-        """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids."""
+    def update(
+        self, scores: torch.Tensor, target: torch.Tensor, repeat: torch.Tensor | None = None
+    ) -> None:
+        """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids;
+        ``repeat``: ``[B]`` bool, whether each target already occurs in its history."""
         rank = target_ranks(scores, target).double()
         for k in self.ks:
             hit = rank < k
@@ -46,6 +51,8 @@ class RankingMetrics(Metric):
             setattr(self, f"ndcg_{k}", getattr(self, f"ndcg_{k}") + gain.sum())
         self.mrr += (1.0 / (rank + 1.0)).sum()
         self.count += target.numel()
+        if repeat is not None:
+            self.repeats += repeat.sum()
 
     def compute(self) -> dict[str, torch.Tensor]:
         n = self.count.clamp(min=1).double()
@@ -54,4 +61,5 @@ class RankingMetrics(Metric):
             out[f"hr@{k}"] = getattr(self, f"hr_{k}") / n
             out[f"ndcg@{k}"] = getattr(self, f"ndcg_{k}") / n
         out["mrr"] = self.mrr / n
+        out["repeat_targets"] = self.repeats / n  # share of targets already in their history
         return {name: value.float() for name, value in out.items()}

@@ -12,13 +12,16 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.data.spec import DataSpec
+from seqenc.errors import SeqencError
 from seqenc.metrics import RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
+from seqenc.model.repeat import mixture_nll
 
 log = logging.getLogger(__name__)
+REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
 
 
 class SeqencModule(pl.LightningModule):
@@ -31,7 +34,12 @@ class SeqencModule(pl.LightningModule):
             :mod:`seqenc.model.objectives`.
         d_model, n_layers, n_heads, ffn_mult, dropout, positional, pooling, normalize: encoder shape
             (see :class:`~seqenc.model.encoder.EncoderConfig`, whose defaults these are).
-        time: time-delta encodings; ``None`` = on exactly when the data has real timestamps.
+        time: the one switch for every time input; ``None`` = on exactly when the data has real
+            timestamps.
+        query_time, time_bias: time options (see :class:`~seqenc.model.encoder.EncoderConfig`).
+        repeat_head: the repeat head (:mod:`seqenc.model.repeat`); ``None`` = on for the causal
+            objective when at least ``REPEAT_SHARE`` of the events repeat an earlier item of their
+            entity (``spec.repeat_share``).
         loss: ``"ce"`` (full softmax), ``"sampled_softmax"``, ``"bce"`` or ``"gbce"``.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
             ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
@@ -39,7 +47,10 @@ class SeqencModule(pl.LightningModule):
             ``mask_last_prob`` of the training rows get one [MASK] on their newest event only
             (see :func:`~seqenc.model.masking.mask_items`).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
-        filter_seen: drop items already in the history from the ranking at evaluation.
+        filter_seen: drop every item of the history from the ranking at evaluation, the target
+            included (a repeated target is then a miss). ``None`` = on exactly when fewer than
+            ``REPEAT_SHARE`` of the events are repeats (MovieLens-style logs, the published
+            protocol); on logs where repeats are common, ranking them is the task.
         ks: cut-offs for HR@K and NDCG@K.
     """
 
@@ -54,6 +65,9 @@ class SeqencModule(pl.LightningModule):
         dropout: float = EncoderConfig.dropout,
         positional: Literal["learned", "rope", "none"] = EncoderConfig.positional,
         time: bool | None = None,
+        query_time: bool = EncoderConfig.query_time,
+        time_bias: bool = EncoderConfig.time_bias,
+        repeat_head: bool | None = None,
         pooling: Literal["last", "mean"] = EncoderConfig.pooling,
         normalize: bool = EncoderConfig.normalize,
         loss: Literal["ce", "sampled_softmax", "bce", "gbce"] = "ce",
@@ -64,7 +78,7 @@ class SeqencModule(pl.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
-        filter_seen: bool = True,
+        filter_seen: bool | None = None,
         ks: tuple[int, ...] = (10, 20),
     ) -> None:
         super().__init__()
@@ -74,6 +88,15 @@ class SeqencModule(pl.LightningModule):
         self.objective = (
             Causal() if objective == "causal" else Masked(mask_prob, replace_rule, mask_last_prob)
         )
+        repeats = spec.repeat_share >= REPEAT_SHARE
+        self.filter_seen = not repeats if filter_seen is None else filter_seen
+        if repeat_head is None:
+            repeat_head = repeats and self.objective.causal
+        if repeat_head and loss != "ce":
+            raise SeqencError(
+                f"repeat_head trains with the full softmax only (loss: ce), got {loss!r}"
+            )
+        use_time = spec.has_time if time is None else bool(time)
         self.config = EncoderConfig(
             n_items=spec.n_items,
             d_model=d_model,
@@ -83,7 +106,10 @@ class SeqencModule(pl.LightningModule):
             dropout=dropout,
             max_len=spec.max_len,
             positional=positional,
-            time=spec.has_time if time is None else bool(time),
+            time=use_time,
+            query_time=use_time and query_time,
+            time_bias=use_time and time_bias,
+            repeat_head=bool(repeat_head),
             categorical_sizes=spec.categorical_sizes,
             n_numeric=spec.n_numeric,
             causal=self.objective.causal,
@@ -100,13 +126,13 @@ class SeqencModule(pl.LightningModule):
         inputs, labels = self.objective.training_pair(batch, self.config.n_items)
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
-        loss = compute_loss(
-            hp.loss,
-            hidden[keep],
-            self.encoder.item_embedding.weight,
-            labels[keep],
-            **(hp.loss_options or {}),
-        )
+        weight = self.encoder.item_embedding.weight
+        if self.encoder.repeat is not None:
+            loss = mixture_nll(self.encoder.repeat, hidden, inputs, weight, labels)
+        else:
+            loss = compute_loss(
+                hp.loss, hidden[keep], weight, labels[keep], **(hp.loss_options or {})
+            )
         self.log("train/loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
 
@@ -139,21 +165,25 @@ class SeqencModule(pl.LightningModule):
 
     # ---- evaluation -----------------------------------------------------------------------
     def item_scores(self, batch: Batch, filter_seen: bool) -> torch.Tensor:
-        """``[B, n_items]`` float32 scores of every item for each history; specials are -inf."""
-        embedding = self.encoder.entity_embedding(batch)
-        with torch.autocast(embedding.device.type, enabled=False):
-            scores = self.encoder.item_logits(embedding.float())
-        scores = scores.float()
+        """``[B, n_items]`` float32 scores of every item for each history; specials are -inf.
+
+        ``filter_seen`` removes every item of the history, the target included: a repeated
+        target is then a miss, so the filter cannot depend on the answer.
+        """
+        scores = self.encoder.item_scores(batch).float()
         scores[:, :N_SPECIAL] = -torch.inf
         if filter_seen and batch.seen is not None:
-            keep = scores.gather(1, batch.target[:, None]) if batch.target is not None else None
             scores[batch.seen[0], batch.seen[1]] = -torch.inf
-            if keep is not None:  # a repeated item stays rankable as its own target
-                scores.scatter_(1, batch.target[:, None], keep)
         return scores
 
     def _evaluate(self, batch: Batch, metrics: RankingMetrics) -> None:
-        metrics.update(self.item_scores(batch, self.hparams.filter_seen), batch.target)
+        seen = torch.zeros(
+            len(batch), self.config.n_items, dtype=torch.bool, device=batch.items.device
+        )
+        if batch.seen is not None:
+            seen[batch.seen[0], batch.seen[1]] = True
+        repeat = seen[torch.arange(len(batch), device=seen.device), batch.target]
+        metrics.update(self.item_scores(batch, self.filter_seen), batch.target, repeat)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -180,5 +210,5 @@ class SeqencModule(pl.LightningModule):
         log.info(
             "evaluation: leave-one-out, full ranking over %d items, seen items %s",
             self.config.n_items - N_SPECIAL,
-            "filtered" if self.hparams.filter_seen else "kept",
+            "filtered" if self.filter_seen else "kept",
         )

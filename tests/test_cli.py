@@ -92,7 +92,7 @@ def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     after epoch 2)."""
     events = generate_events(100, n_items=30, seed=1, max_events=40)
     args = ("--data.max_len", "16", "--model.d_model", "16", "--model.lr", "0.0",
-            "--trainer.max_epochs", "6")  # fmt: skip
+            "--trainer.max_epochs", "6", "--early_stopping.min_share", "0")  # fmt: skip
     run_dir = fit_run(
         tmp_path, monkeypatch, capsys, events, *args, "--early_stopping.patience", "1"
     )
@@ -109,3 +109,16 @@ def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     )  # fmt: skip
     metrics = pd.read_csv(resumed / "metrics.csv")
     assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [2, 3]
+
+
+def test_early_stopping_waits_for_a_share_of_the_schedule(tmp_path, monkeypatch, capsys):
+    """Validation never improves (lr 0), patience 1: by default no stop before half of the six
+    epochs has run, so epochs 0-2 run (with min_share 0 it stops after epoch 1, test above)."""
+    events = generate_events(100, n_items=30, seed=1, max_events=40)
+    run_dir = fit_run(
+        tmp_path, monkeypatch, capsys, events,
+        "--data.max_len", "16", "--model.d_model", "16", "--model.lr", "0.0",
+        "--trainer.max_epochs", "6", "--early_stopping.patience", "1",
+    )  # fmt: skip
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1, 2]

@@ -50,7 +50,7 @@ def test_causal_inputs_measure_recency_from_the_newest_input():
     assert inputs.dt_ref.tolist() == [[40.0, 30.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
 
 
-def test_item_scores_filter_seen_but_keep_target():
+def test_item_scores_filter_every_seen_item_target_included():
     module = SeqencModule(SPEC, d_model=8, n_heads=2).eval()
     # row 0 saw items 5 and 6, its target 6 is a repeat; row 1 saw 9
     batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 4], seen=[[0, 0, 1], [5, 6, 9]])
@@ -59,16 +59,37 @@ def test_item_scores_filter_seen_but_keep_target():
         scores = module.item_scores(batch, filter_seen=True)
     assert torch.isinf(scores[:, :3]).all()
     assert scores[0, 5] == -torch.inf and scores[1, 9] == -torch.inf
-    assert scores[0, 6] == raw[0, 6]  # the target stays rankable
+    assert scores[0, 6] == -torch.inf  # honest: a repeated target is filtered like any seen item
+    assert scores[0, 7] == raw[0, 7]
     unfiltered = module.item_scores(batch, filter_seen=False)
     assert torch.isfinite(unfiltered[:, 3:]).all()
+
+
+def test_evaluation_counts_repeated_targets_and_misses_them_when_filtered():
+    module = SeqencModule(SPEC, d_model=8, n_heads=2, filter_seen=True).eval()
+    # every target repeats an item of its history
+    batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 9], seen=[[0, 0, 1], [5, 6, 9]])
+    with torch.no_grad():
+        module._evaluate(batch, module.test_metrics)
+    values = module.test_metrics.compute()
+    assert values["hr@10"] == 0 and values["repeat_targets"] == 1.0
+
+
+def test_defaults_follow_the_share_of_repeats():
+    plain = SeqencModule(SPEC, d_model=8, n_heads=2)
+    assert plain.filter_seen and plain.encoder.repeat is None
+    repeats = DataSpec(SPEC.schema, SPEC.vocabs, max_len=8, repeat_share=0.5)
+    causal = SeqencModule(repeats, d_model=8, n_heads=2)
+    assert not causal.filter_seen and causal.encoder.repeat is not None
+    masked = SeqencModule(repeats, objective="masked", d_model=8, n_heads=2)
+    assert not masked.filter_seen and masked.encoder.repeat is None
 
 
 def test_training_step_runs_both_objectives():
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
-    for objective in ("causal", "masked"):
-        module = SeqencModule(SPEC, objective=objective, d_model=8, n_heads=2)
+    for objective, repeat in (("causal", False), ("masked", False), ("causal", True)):
+        module = SeqencModule(SPEC, objective=objective, d_model=8, n_heads=2, repeat_head=repeat)
         loss = module.training_step(batch, 0)
         loss.backward()
         assert torch.isfinite(loss) and loss > 0

@@ -24,7 +24,9 @@ def collate(
     Each sample keeps its last ``max_len`` events. Recency (``dt_ref``) is measured from the sample's
     reference time: the store's reference (last event or ``as_of``) when the sample ends at the
     entity's last event, otherwise the sample's own last event, so that a held-out target's time never
-    leaks into its input. ``with_seen`` adds every item of the sample's full history (before any
+    leaks into its input. The query gap (``dt_query``) runs from the newest input event to the
+    held-out target's time when the view has targets (the time the prediction is for), else to the
+    reference time. ``with_seen`` adds every item of the sample's full history (before any
     truncation) for filtering already-seen items at evaluation.
     """
     store = view.store
@@ -44,6 +46,9 @@ def collate(
     at_entity_end = ends == store.offsets[rows + 1]
     reference = store.timestamps[last] + np.where(at_entity_end, store.dt_ref[last], 0.0)
     dt_ref = np.where(valid, reference[:, None] - store.timestamps[gather], 0.0).astype(np.float32)
+    # The query time: a held-out target's own time, else the reference time.
+    query = reference if view.targets is None else store.timestamps[view.targets[idx]]
+    dt_query = np.where(lengths > 0, query - store.timestamps[last], 0.0).astype(np.float32)
 
     n_rows = len(idx)
     categorical = [take(store.categorical[name]) for name in store.categorical]
@@ -70,4 +75,5 @@ def collate(
         index=torch.from_numpy(idx),
         target=target,
         seen=seen,
+        dt_query=torch.from_numpy(dt_query),
     )

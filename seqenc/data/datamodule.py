@@ -13,7 +13,7 @@ from seqenc.data.batches import Batch, collate
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import SequenceStore, build_sequences
+from seqenc.data.sequences import SequenceStore, build_sequences, repeat_share
 from seqenc.data.spec import DataSpec
 from seqenc.data.split import SequenceView, leave_one_out
 from seqenc.data.vocab import Vocabularies
@@ -104,7 +104,7 @@ class SequenceDataModule(pl.LightningDataModule):
     @property
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model)."""
-        return DataSpec(schema=self._events[1], vocabs=self.vocabs, max_len=self.max_len)
+        return DataSpec(self._events[1], self.vocabs, self.max_len, repeat_share(self.store))
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""

@@ -155,6 +155,15 @@ def build_sequences(
     return store, vocabs
 
 
+def repeat_share(store: SequenceStore) -> float:
+    """Share of events whose item already occurred earlier in the same entity's history."""
+    if store.n_events == 0:
+        return 0.0
+    entity = np.repeat(np.arange(len(store)), store.lengths)
+    repeated = pd.DataFrame({"entity": entity, "item": store.items}).duplicated().to_numpy()
+    return float(repeated.mean())
+
+
 def _entity_codes(ids: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """``(codes, uniques)``: dense int64 codes that rank ``ids`` ascending, and the sorted uniques."""
     if pa.types.is_integer(ids.type):

@@ -21,18 +21,23 @@ class DataSpec:
         schema: the event-log columns.
         vocabs: item and categorical vocabularies.
         max_len: the newest ``max_len`` events of a history are fed to the model.
+        repeat_share: share of the events whose item already occurred earlier in their entity's
+            history (a statistic of the training log that picks defaults: repeat head, filter).
 
     A plain class, not a dataclass: LightningCLI links the object itself into the model instead of
     expanding its fields into command-line options.
     """
 
-    def __init__(self, schema: EventSchema, vocabs: Vocabularies, max_len: int) -> None:
+    def __init__(
+        self, schema: EventSchema, vocabs: Vocabularies, max_len: int, repeat_share: float = 0.0
+    ) -> None:
         if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
             raise SeqencError(f"max_len must be a positive integer, got {max_len!r}")
         missing = [c for c in schema.categorical if c not in vocabs.categorical]
         if missing:
             raise SeqencError(f"no vocabulary for categorical column(s) {missing}")
         self.schema, self.vocabs, self.max_len = schema, vocabs, max_len
+        self.repeat_share = float(repeat_share)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DataSpec) and self.to_dict() == other.to_dict()
@@ -61,7 +66,11 @@ class DataSpec:
 
     def to_dict(self, with_vocabs: bool = True) -> dict[str, Any]:
         """Plain JSON-able form (bundles keep the vocabularies in a file of their own)."""
-        d = {"schema": asdict(self.schema), "max_len": self.max_len}
+        d = {
+            "schema": asdict(self.schema),
+            "max_len": self.max_len,
+            "repeat_share": self.repeat_share,
+        }
         return d | ({"vocabs": self.vocabs.to_dict()} if with_vocabs else {})
 
     @classmethod
@@ -80,4 +89,4 @@ class DataSpec:
         except TypeError as e:
             raise SeqencError(f"data spec: invalid schema: {e}") from e
         vocabs = vocabs if vocabs is not None else Vocabularies.from_dict(d["vocabs"])
-        return cls(schema, vocabs, d["max_len"])
+        return cls(schema, vocabs, d["max_len"], d.get("repeat_share", 0.0))

@@ -4,6 +4,8 @@ Causal attention passes ``is_causal=True`` and no mask: histories are right-padd
 only ever sees earlier real events and the fused (Flash) kernel runs on mixed-length batches.
 Bidirectional attention passes a boolean key-padding mask, or none at all when every row fills the
 batch width (exact-length bucketing), so the Flash kernel runs there too. No dropout inside attention.
+The optional relative-time bias (a float ``[B, H, L, L]`` mask, causal part folded in) forgoes the
+Flash kernel: SDPA then runs its memory-efficient or math kernel.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ from torch import Tensor, nn
 from torch.nn.functional import scaled_dot_product_attention
 
 from seqenc.model.embeddings import RotaryEmbedding
+
+
+def time_bias_mask(bias: Tensor, lengths: Tensor, causal: bool) -> Tensor:
+    """``bias`` ``[B, H, L, L]`` with -inf where a query may not attend (a later key when
+    ``causal``, a padding key otherwise; an empty row keeps key 0, as in :func:`key_padding_mask`)."""
+    width = bias.shape[-1]
+    positions = torch.arange(width, device=bias.device)
+    if causal:
+        allowed = positions[None, :] <= positions[:, None]
+        return bias.masked_fill(~allowed, float("-inf"))
+    allowed = positions[None, :] < lengths.clamp(min=1)[:, None]
+    return bias.masked_fill(~allowed[:, None, None, :], float("-inf"))
 
 
 def key_padding_mask(lengths: Tensor, width: int) -> Tensor | None:
@@ -44,7 +58,8 @@ class SelfAttention(nn.Module):
         mask: Tensor | None = None,
         rope: RotaryEmbedding | None = None,
     ) -> Tensor:
-        """``x``: ``[B, L, d]``; ``mask``: from :func:`key_padding_mask` (bidirectional only)."""
+        """``x``: ``[B, L, d]``; ``mask``: from :func:`key_padding_mask` (bidirectional only) or a
+        float bias from :func:`time_bias_mask` (either attention; replaces ``is_causal``)."""
         batch, length, d_model = x.shape
         q, k, v = (
             t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
@@ -52,7 +67,16 @@ class SelfAttention(nn.Module):
         )
         if rope is not None:
             q, k = rope(q), rope(k)
+        bias = mask is not None and mask.is_floating_point()
+        if bias:
+            mask = mask.to(q.dtype)
+        use_causal = causal and not bias
         y = scaled_dot_product_attention(
-            q, k, v, attn_mask=None if causal else mask, dropout_p=0.0, is_causal=causal
+            q,
+            k,
+            v,
+            attn_mask=None if use_causal else mask,
+            dropout_p=0.0,
+            is_causal=use_causal,
         )
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))

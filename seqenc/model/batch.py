@@ -29,7 +29,9 @@ class Batch:
         items: ``[B, L]`` int64 item vocabulary ids, PAD (0) after ``lengths``.
         lengths: ``[B]`` int64 number of real events per row (0 for an empty history).
         dt_prev: ``[B, L]`` float32 seconds since the previous event (0 for the first and for PAD).
-        dt_ref: ``[B, L]`` float32 seconds from the event to the reference time (recency).
+        dt_ref: ``[B, L]`` float32 seconds from the event to the reference time; only differences
+            between positions are model inputs (never the value itself: at position i it would
+            tell how much later the window ends).
         categorical: ``[B, L, C]`` int64 categorical feature ids (C may be 0).
         numeric: ``[B, L, N]`` float32 numeric features (N may be 0).
         index: ``[B]`` int64 position of each history in the samples it was collated from (for a
@@ -37,6 +39,9 @@ class Batch:
         target: ``[B]`` int64 held-out next item (validation / test), or ``None``.
         seen: ``[2, S]`` int64 (batch row, item id) pairs of every item in each row's full history,
             for filtering already-seen items at evaluation, or ``None``.
+        dt_query: ``[B]`` float32 seconds from the newest event to the time the prediction or
+            embedding is for (the query time): a held-out target's time in evaluation, ``as_of`` at
+            inference; ``None`` means the reference time (``dt_ref`` of the newest event).
     """
 
     items: torch.Tensor
@@ -48,12 +53,33 @@ class Batch:
     index: torch.Tensor
     target: torch.Tensor | None = None
     seen: torch.Tensor | None = None
+    dt_query: torch.Tensor | None = None
 
     @property
     def padding_mask(self) -> torch.Tensor:
         """``[B, L]`` bool, True on real events."""
         positions = torch.arange(self.items.shape[1], device=self.items.device)
         return positions[None, :] < self.lengths[:, None]
+
+    @property
+    def query_gaps(self) -> torch.Tensor:
+        """``[B, L]`` the gap from each event to the time its position predicts for: the next
+        event's ``dt_prev`` inside the history, :attr:`dt_query` at the newest event, 0 on PAD."""
+        positions = torch.arange(self.items.shape[1], device=self.items.device)[None, :]
+        newest = positions == (self.lengths - 1)[:, None]
+        following = torch.cat([self.dt_prev[:, 1:], torch.zeros_like(self.dt_prev[:, :1])], dim=1)
+        gaps = torch.where(newest, self.query_gap[:, None], following)
+        return gaps * self.padding_mask
+
+    @property
+    def query_gap(self) -> torch.Tensor:
+        """``[B]`` :attr:`dt_query`, or where it is ``None`` the newest event's ``dt_ref`` (0 for an
+        empty row)."""
+        if self.dt_query is not None:
+            return self.dt_query.to(self.dt_prev.dtype)
+        rows = torch.arange(len(self), device=self.items.device)
+        newest = self.dt_ref[rows, (self.lengths - 1).clamp(min=0)]
+        return torch.where(self.lengths > 0, newest, torch.zeros_like(newest))
 
     def __len__(self) -> int:
         return self.items.shape[0]

@@ -1,7 +1,11 @@
 """Input token vectors: item, position, time-gap and event-feature embeddings, plus rotary positions.
 
-A token vector is the sum of its parts (item, learned position, two time-gap buckets, each categorical
+A token vector is the sum of its parts (item, learned position, time-gap buckets, each categorical
 feature, a linear map of the numeric features), so every part is optional without changing shapes.
+The time gaps are causal-safe: ``dt_prev`` (the gap from the previous event) and the query gap (from
+the event to the time its position predicts for, see :attr:`~seqenc.model.batch.Batch.query_gaps`).
+``recency`` (the gap to the reference time) exists only to load bundles written before the query
+gap replaced it: inside a training window it told each position when the window ends.
 The item embedding is **not** scaled by ``sqrt(d)``: it is tied with the output layer and initialised
 with a small std (nanoGPT style), so the other parts add on the same scale.
 """
@@ -43,6 +47,8 @@ class TokenEmbedding(nn.Module):
         max_len: int,
         learned_positions: bool,
         time: bool,
+        query_time: bool,
+        recency: bool,
         n_time_buckets: int,
         categorical_sizes: tuple[int, ...],
         n_numeric: int,
@@ -52,13 +58,18 @@ class TokenEmbedding(nn.Module):
         # +1 slot: the MASK token appended after a full-length history.
         self.position = nn.Embedding(max_len + 1, d_model) if learned_positions else None
         self.n_time_buckets = n_time_buckets
+
         # Bucket ``n_time_buckets`` is the PAD bucket, kept at zero.
-        self.dt_prev = (
-            nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets) if time else None
-        )
-        self.dt_ref = (
-            nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets) if time else None
-        )
+        def gap_table(on: bool) -> nn.Embedding | None:
+            return (
+                nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets)
+                if on
+                else None
+            )
+
+        self.dt_prev = gap_table(time)
+        self.dt_query = gap_table(time and query_time)
+        self.dt_ref = gap_table(time and recency)
         self.categorical = nn.ModuleList(nn.Embedding(size, d_model) for size in categorical_sizes)
         self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
 
@@ -68,21 +79,24 @@ class TokenEmbedding(nn.Module):
         padding_mask: Tensor,
         dt_prev: Tensor,
         dt_ref: Tensor,
+        dt_query: Tensor,
         categorical: Tensor,
         numeric: Tensor,
     ) -> Tensor:
-        """``[B, L, d]`` token vectors (before dropout)."""
+        """``[B, L, d]`` token vectors (before dropout); ``dt_query`` is ``[B, L]`` query gaps."""
         x = self.item(items)
         if self.position is not None:
             x = x + self.position(torch.arange(items.shape[1], device=items.device))
-        if self.dt_prev is not None:
-            pad = torch.full_like(items, self.n_time_buckets)
-            x = x + self.dt_prev(
-                torch.where(padding_mask, time_bucket(dt_prev, self.n_time_buckets), pad)
-            )
-            x = x + self.dt_ref(
-                torch.where(padding_mask, time_bucket(dt_ref, self.n_time_buckets), pad)
-            )
+        pad = torch.full_like(items, self.n_time_buckets)
+        for table, gaps in (
+            (self.dt_prev, dt_prev),
+            (self.dt_query, dt_query),
+            (self.dt_ref, dt_ref),
+        ):
+            if table is not None:
+                x = x + table(
+                    torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)
+                )
         if len(self.categorical) != categorical.shape[-1]:
             raise SeqencError(
                 f"batch has {categorical.shape[-1]} categorical feature columns, the model was built "

@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqenc.errors import SeqencError
-from seqenc.model.attention import SelfAttention, key_padding_mask
+from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.batch import N_SPECIAL, Batch
-from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights
+from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.objectives import readout_objective
+from seqenc.model.repeat import RepeatHead, mixture_log_scores
 
 POSITIONALS = ("learned", "rope", "none")
 POOLINGS = ("last", "mean")
@@ -32,7 +33,16 @@ class EncoderConfig:
         dropout: on embeddings and residual branches only, never inside attention.
         max_len: longest history expected; the model holds ``max_len + 1`` positions (appended MASK).
         positional: ``"learned"`` position embeddings, ``"rope"`` rotary q/k, or ``"none"``.
-        time: add learned embeddings of log-bucketed ``dt_prev`` and ``dt_ref``.
+        time: the switch for every time input: learned embeddings of the log-bucketed gap from the
+            previous event (``dt_prev``) and the options below.
+        query_time: (with ``time``) each position also gets the gap to the time it predicts for
+            (:attr:`~seqenc.model.batch.Batch.query_gaps`).
+        time_bias: (with ``time``) a learned per-head, per-layer attention bias over log-bucketed
+            ``|t_i - t_j|`` (TiSASRec / HSTU style); SDPA then cannot use the Flash kernel.
+        repeat_head: score items of the entity's own history by a copy attention mixed in through
+            a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``.
+        recency: the gap to the reference time as an input, as bundles written before
+            ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
         n_numeric: number of numeric event features (signed-log transformed inside the model).
         causal: ``False`` for bidirectional (BERT4Rec) attention.
@@ -49,6 +59,10 @@ class EncoderConfig:
     max_len: int = 512
     positional: str = "learned"
     time: bool = True
+    query_time: bool = True
+    time_bias: bool = False
+    repeat_head: bool = False
+    recency: bool = False
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()
     n_numeric: int = 0
@@ -75,6 +89,7 @@ class EncoderConfig:
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} not in [0, 1)"),
             (self.max_len >= 1 and self.n_layers >= 1, "max_len and n_layers must be >= 1"),
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
+            (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
             (
                 all(s >= 1 for s in self.categorical_sizes),
                 f"categorical_sizes={self.categorical_sizes} must be >= 1",
@@ -96,10 +111,25 @@ class Block(nn.Module):
         self.ln_ffn = nn.LayerNorm(d)
         self.ffn = nn.ModuleDict({"up": nn.Linear(d, hidden), "out": nn.Linear(hidden, d)})
         self.drop = nn.Dropout(config.dropout)
+        self.time_bias = (
+            nn.Embedding(config.n_time_buckets, config.n_heads)
+            if config.time and config.time_bias
+            else None
+        )
 
     def forward(
-        self, x: Tensor, causal: bool, mask: Tensor | None, rope: RotaryEmbedding | None
+        self,
+        x: Tensor,
+        causal: bool,
+        mask: Tensor | None,
+        rope: RotaryEmbedding | None,
+        gaps: Tensor | None = None,
+        lengths: Tensor | None = None,
     ) -> Tensor:
+        """``gaps``: ``[B, L, L]`` time buckets of ``|t_i - t_j|`` when the block has a time bias."""
+        if self.time_bias is not None:
+            bias = self.time_bias(gaps).permute(0, 3, 1, 2)  # [B, H, L, L]
+            mask = time_bias_mask(bias, lengths, causal)
         x = x + self.drop(self.attn(self.ln_attn(x), causal, mask, rope))
         return x + self.drop(self.ffn["out"](F.gelu(self.ffn["up"](self.ln_ffn(x)))))
 
@@ -116,6 +146,8 @@ class SequenceEncoder(nn.Module):
             max_len=config.max_len,
             learned_positions=config.positional == "learned",
             time=config.time,
+            query_time=config.query_time,
+            recency=config.recency,
             n_time_buckets=config.n_time_buckets,
             categorical_sizes=config.categorical_sizes,
             n_numeric=config.n_numeric,
@@ -128,6 +160,11 @@ class SequenceEncoder(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_final = nn.LayerNorm(config.d_model)
+        self.repeat = (
+            RepeatHead(config.d_model, config.n_time_buckets, config.time, config.query_time)
+            if config.repeat_head
+            else None
+        )
         init_weights(self, config.n_layers)
 
     @property
@@ -145,13 +182,23 @@ class SequenceEncoder(nn.Module):
             )
         padding = batch.padding_mask
         x = self.embed(
-            batch.items, padding, batch.dt_prev, batch.dt_ref, batch.categorical, batch.numeric
+            batch.items,
+            padding,
+            batch.dt_prev,
+            batch.dt_ref,
+            batch.query_gaps,
+            batch.categorical,
+            batch.numeric,
         )
         x = self.drop(x)
         causal = self.config.causal
         mask = None if causal else key_padding_mask(batch.lengths, width)
+        gaps = None
+        if self.config.time and self.config.time_bias:
+            gaps = (batch.dt_ref[:, :, None] - batch.dt_ref[:, None, :]).abs()
+            gaps = time_bucket(gaps, self.config.n_time_buckets)
         for block in self.blocks:
-            x = block(x, causal, mask, self.rope)
+            x = block(x, causal, mask, self.rope, gaps, batch.lengths)
         return self.ln_final(x)
 
     def entity_embedding(self, batch: Batch) -> Tensor:
@@ -162,7 +209,10 @@ class SequenceEncoder(nn.Module):
         the appended MASK when bidirectional). An empty history gives a finite vector.
         """
         batch = readout_objective(self.config.causal).query(batch)
-        hidden = self(batch)
+        return self.pool(self(batch), batch)
+
+    def pool(self, hidden: Tensor, batch: Batch) -> Tensor:
+        """``[B, d]`` the configured pooling of ``hidden`` (see :meth:`entity_embedding`)."""
         if self.config.pooling == "mean":
             weights = batch.padding_mask.to(hidden.dtype)[..., None]
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
@@ -170,6 +220,18 @@ class SequenceEncoder(nn.Module):
             rows = torch.arange(len(batch), device=hidden.device)
             pooled = hidden[rows, (batch.lengths - 1).clamp(min=0)]
         return F.normalize(pooled, dim=-1) if self.config.normalize else pooled
+
+    def item_scores(self, batch: Batch) -> Tensor:
+        """``[B, n_items]`` float32 score of every item as each history's next event, specials -inf:
+        catalogue logits, or with the repeat head the log-probabilities of the mixture."""
+        query = readout_objective(self.config.causal).query(batch)
+        hidden = self(query)
+        embedding = self.pool(hidden, query)
+        with torch.autocast(embedding.device.type, enabled=False):
+            logits = self.item_logits(embedding.float()).float()
+            if self.repeat is None:
+                return logits
+            return mixture_log_scores(self.repeat, hidden, query, logits)
 
     def item_logits(self, hidden: Tensor) -> Tensor:
         """``[..., n_items]`` dot-product scores against the tied item table; the 3 special ids get -inf."""

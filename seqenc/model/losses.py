@@ -153,6 +153,43 @@ def full_softmax_ce(
     return _chunked_ce(h, real, t, chunk, dtype, with_grad=False)[0]
 
 
+class _ChunkedLogSumExp(torch.autograd.Function):
+    """Row-wise ``logsumexp(hidden @ weight.T)`` in chunks of rows; the backward pass recomputes each
+    chunk's logits, so no ``[N, n_items]`` matrix is kept. For losses whose gradient per row is not
+    known in the forward pass (the repeat head's mixture), unlike :class:`_FusedLinearCE`."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, chunk_size):
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        for start in range(0, hidden.shape[0], chunk_size):
+            logits = (hidden[start : start + chunk_size] @ weight.T).float()
+            out[start : start + chunk_size] = torch.logsumexp(logits, dim=1)
+        ctx.save_for_backward(hidden, weight, out)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight, lse = ctx.saved_tensors
+        grad_h = torch.empty_like(hidden, dtype=torch.float32)
+        grad_w = torch.zeros_like(weight, dtype=torch.float32)
+        w = weight.float()
+        for start in range(0, hidden.shape[0], ctx.chunk_size):
+            stop = start + ctx.chunk_size
+            h = hidden[start:stop].float()
+            logits = h @ w.T
+            probs = (logits - lse[start:stop, None]).exp_() * grad_out[start:stop, None]
+            grad_h[start:stop] = probs @ w
+            grad_w.addmm_(probs.T, h)
+        return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), None
+
+
+def chunked_logsumexp(hidden: Tensor, weight: Tensor) -> Tensor:
+    """``[N]`` float32 ``logsumexp(hidden @ weight.T, dim=1)`` without the logit matrix."""
+    chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS.get(hidden.device.type, 2**22) // weight.shape[0])
+    return _ChunkedLogSumExp.apply(hidden, weight, chunk)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Sampled losses
 

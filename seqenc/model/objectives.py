@@ -32,15 +32,21 @@ class Causal:
     def training_pair(self, batch: Batch, n_items: int) -> tuple[Batch, Tensor]:
         """Input = each window but its newest event; target at position i = event i + 1.
 
-        Recency is re-measured from the newest *input* event, as at evaluation and inference:
-        measured from the window's last event it would tell every position how long until the
-        target arrives, a leak the model cannot have at inference time.
+        Position i is conditioned on the time of event i + 1 (the time the prediction is for, see
+        :attr:`~seqenc.model.batch.Batch.query_gaps`); the newest input's query gap is the target's
+        ``dt_prev``. ``dt_ref`` is re-measured from the newest *input* event, as at evaluation and
+        inference (the legacy ``recency`` input of old bundles reads it).
         """
         labels = next_item_targets(batch.items, batch.lengths)
         inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
         last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
         dt_ref = (batch.dt_ref - batch.dt_ref.gather(1, last_input)).clamp(min=0)
-        return replace(inputs, dt_ref=dt_ref * inputs.padding_mask), labels
+        target_gap = batch.dt_prev.gather(
+            1, inputs.lengths.clamp(max=batch.items.shape[1] - 1)[:, None]
+        )
+        return replace(
+            inputs, dt_ref=dt_ref * inputs.padding_mask, dt_query=target_gap[:, 0]
+        ), labels
 
     def query(self, batch: Batch) -> Batch:
         """The history itself: its newest event is read out."""
@@ -78,9 +84,10 @@ class Masked:
     def query(self, batch: Batch) -> Batch:
         """The batch with one [MASK] token right after each history (lengths + 1).
 
-        The width grows by one only when some row is full. The MASK token's ``dt_prev`` is the gap
-        from the last event to the reference time (that event's ``dt_ref``) and its ``dt_ref`` is 0:
-        it stands for "the next event, now". Its categorical ids and numeric values are 0.
+        The width grows by one only when some row is full. The MASK token's ``dt_prev`` is the query
+        gap (from the last event to the time the embedding is for, :attr:`Batch.query_gap`) and its
+        ``dt_ref`` is 0: it stands for "the next event, at the query time". Its categorical ids and
+        numeric values are 0.
         """
         lengths = batch.lengths
         grow = int(bool((lengths >= batch.items.shape[1]).any()))
@@ -92,10 +99,7 @@ class Masked:
             return torch.cat([t, pad], dim=1)
 
         rows = torch.arange(len(batch), device=lengths.device)
-        last = (lengths - 1).clamp(min=0)
-        gap = torch.where(
-            lengths > 0, batch.dt_ref[rows, last], torch.zeros_like(batch.dt_ref[:, 0])
-        )
+        gap = batch.query_gap
         items, dt_prev, dt_ref = widen(batch.items), widen(batch.dt_prev), widen(batch.dt_ref)
         categorical, numeric = widen(batch.categorical), widen(batch.numeric)
         items[rows, lengths] = MASK
@@ -111,6 +115,7 @@ class Masked:
             dt_ref=dt_ref,
             categorical=categorical,
             numeric=numeric,
+            dt_query=torch.zeros_like(gap),
         )
 
 

@@ -1,0 +1,128 @@
+"""The repeat head: "the same item again", scored from the entity's own history.
+
+Real event streams are dominated by repeats (the same merchant, category, page). A catalogue score
+``h · w_item`` cannot say "again"; this head can. At position i it attends over the earlier events
+j <= i of the same history (a pointer / copy attention, as in RepeatNet and pointer-generator
+networks): the score of event j is a learned match of the two hidden states plus learned biases for
+how long ago event j happened before the query time and how many events ago it was. An item's
+repeat probability is the attention mass on its occurrences, so items used often and recently rise.
+A learned gate mixes it with the catalogue softmax:
+
+    P(v | i) = (1 - g_i) softmax(h_i W^T)_v + g_i sum_{j <= i, item_j = v} a_ij
+
+Training minimises the full cross-entropy of that mixture (:func:`mixture_nll`); the catalogue
+part goes through :func:`~seqenc.model.losses.chunked_logsumexp`, which never forms the logit matrix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqenc.model.batch import N_SPECIAL, Batch
+from seqenc.model.embeddings import time_bucket
+from seqenc.model.losses import chunked_logsumexp
+
+N_STEP_BUCKETS = 16  # how many events ago: 0, 1, 2, 3-4, 5-8, ... (log2 buckets)
+
+
+def step_bucket(steps: Tensor) -> Tensor:
+    """Log2 bucket of a distance in events: 0 → 0, 1 → 1, 2 → 2, 3-4 → 3, 5-8 → 4, …"""
+    return (
+        torch.ceil(torch.log2(steps.float().clamp(min=1.0)))
+        .long()
+        .add(1)
+        .where(steps > 0, 0)
+        .clamp(max=N_STEP_BUCKETS - 1)
+    )
+
+
+class RepeatHead(nn.Module):
+    """Copy attention over a history's earlier events, and the gate that mixes it in."""
+
+    def __init__(self, d_model: int, n_time_buckets: int, time: bool, query_time: bool) -> None:
+        super().__init__()
+        self.d_key = max(8, d_model // 2)
+        self.query = nn.Linear(d_model, self.d_key)
+        self.key = nn.Linear(d_model, self.d_key)
+        self.steps = nn.Embedding(N_STEP_BUCKETS, 1)
+        self.n_time_buckets = n_time_buckets
+        self.ago = nn.Embedding(n_time_buckets, 1) if time else None
+        self.query_time = query_time
+        self.gate = nn.Linear(d_model, 1)
+
+    def attention(self, hidden: Tensor, batch: Batch) -> Tensor:
+        """``[B, L, L]`` copy weights a_ij (rows sum to 1 over allowed j; -inf logits elsewhere).
+
+        Position i may copy event j when j <= i, j is a real event and its item a real item.
+        """
+        width = hidden.shape[1]
+        positions = torch.arange(width, device=hidden.device)
+        steps = positions[:, None] - positions[None, :]
+        allowed = (steps >= 0)[None] & (batch.items >= N_SPECIAL)[:, None, :]
+        allowed = allowed & batch.padding_mask[:, None, :]
+        h = hidden.float()
+        scores = self.query(h) @ self.key(h).transpose(1, 2) / math.sqrt(self.d_key)
+        scores = scores + self.steps(step_bucket(steps.clamp(min=0))).squeeze(-1)[None]
+        if self.ago is not None:
+            # time from event j to the time position i predicts for: (t_i - t_j) + query gap of i
+            ago = batch.dt_ref[:, None, :] - batch.dt_ref[:, :, None]
+            if self.query_time:
+                ago = ago + batch.query_gaps[:, :, None]
+            scores = scores + self.ago(time_bucket(ago.clamp(min=0), self.n_time_buckets)).squeeze(
+                -1
+            )
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # a position with nothing to copy gets zeros (its gate mass then goes nowhere: see below)
+        return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+    def log_gates(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """``(log g, log(1 - g))``, each ``[B, L]``."""
+        logit = self.gate(hidden.float()).squeeze(-1)
+        return F.logsigmoid(logit), F.logsigmoid(-logit)
+
+
+def mixture_nll(
+    head: RepeatHead,
+    hidden: Tensor,
+    batch: Batch,
+    weight: Tensor,
+    labels: Tensor,
+) -> Tensor:
+    """Mean negative log-likelihood of ``labels`` (``[B, L]``, ignored where < N_SPECIAL) under the
+    mixture of the catalogue softmax over ``weight[N_SPECIAL:]`` and the copy distribution."""
+    keep = labels >= N_SPECIAL
+    if not bool(keep.any()):
+        return hidden.float().sum() * 0.0
+    copy = head.attention(hidden, batch)  # [B, L, L]
+    log_g, log_not_g = head.log_gates(hidden)
+    rows, cols = keep.nonzero(as_tuple=True)
+    targets = labels[rows, cols]
+    h = hidden[rows, cols]
+    real = weight[N_SPECIAL:]
+    log_catalogue = (h * weight[targets]).sum(-1).float() - chunked_logsumexp(h, real)
+    match = batch.items[rows] == targets[:, None]  # [N, L]: occurrences of the target
+    copied = (copy[rows, cols] * match).sum(-1)
+    log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, float("-inf"))
+    log_p = torch.logaddexp(log_not_g[rows, cols] + log_catalogue, log_g[rows, cols] + log_copied)
+    return -log_p.mean()
+
+
+def mixture_log_scores(head: RepeatHead, hidden: Tensor, batch: Batch, logits: Tensor) -> Tensor:
+    """``[B, n_items]`` log-probabilities of every item at each history's newest position, given the
+    catalogue ``logits`` there (specials already -inf)."""
+    rows = torch.arange(len(batch), device=hidden.device)
+    last = (batch.lengths - 1).clamp(min=0)
+    copy = head.attention(hidden, batch)[rows, last]  # [B, L]
+    log_g, log_not_g = head.log_gates(hidden)
+    copied = torch.zeros_like(logits, dtype=torch.float32)
+    copied.scatter_add_(1, batch.items, copy.float())
+    catalogue = torch.log_softmax(logits.float(), dim=-1)
+    return torch.logaddexp(
+        log_not_g[rows, last][:, None] + catalogue,
+        log_g[rows, last][:, None]
+        + torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf),
+    )

@@ -1,0 +1,101 @@
+"""The repeat head against naive references: copy weights, mixture likelihood, scores, gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seqenc.model.batch import Batch
+from seqenc.model.losses import chunked_logsumexp
+from seqenc.model.repeat import RepeatHead, mixture_log_scores, mixture_nll, step_bucket
+
+N_ITEMS = 12
+
+
+def batch() -> Batch:
+    items = torch.tensor([[3, 4, 3, 5, 3, 0], [6, 7, 2, 6, 0, 0]])  # 2 = UNK, never copied
+    lengths = torch.tensor([5, 4])
+    gen = torch.Generator().manual_seed(0)
+    dt_prev = torch.rand(2, 6, generator=gen) * 1e4
+    dt_ref = dt_prev.flip(1).cumsum(1).flip(1)
+    return Batch(
+        items=items,
+        lengths=lengths,
+        dt_prev=dt_prev,
+        dt_ref=dt_ref,
+        categorical=torch.zeros(2, 6, 0, dtype=torch.long),
+        numeric=torch.zeros(2, 6, 0),
+        index=torch.arange(2),
+        dt_query=torch.tensor([100.0, 5000.0]),
+    )
+
+
+def naive_log_p(head, hidden, b, weight, row, i, v) -> float:
+    """log P(v | row, position i) by the definition, one loop per event."""
+    catalogue = torch.log_softmax(hidden[row, i] @ weight[3:].T, dim=0)
+    log_cat = catalogue[v - 3]
+    a = head.attention(hidden, b)[row, i]
+    allowed = [j for j in range(i + 1) if j < b.lengths[row] and b.items[row, j] >= 3]
+    assert math.isclose(float(a[allowed].sum()), 1.0, rel_tol=1e-5)
+    assert float(a.sum() - a[allowed].sum()) == 0.0
+    copied = sum(float(a[j]) for j in allowed if b.items[row, j] == v)
+    g = torch.sigmoid(head.gate(hidden[row, i])).item()
+    return math.log((1 - g) * math.exp(float(log_cat)) + g * copied)
+
+
+@pytest.mark.parametrize("time", [True, False])
+def test_mixture_nll_matches_the_definition(time):
+    torch.manual_seed(0)
+    head = RepeatHead(8, 16, time=time, query_time=True)
+    hidden = torch.randn(2, 6, 8)
+    weight = torch.randn(N_ITEMS, 8)
+    b = batch()
+    labels = torch.full((2, 6), -100)
+    labels[0, :4] = torch.tensor([4, 3, 5, 3])  # repeats and a first occurrence
+    labels[1, :3] = torch.tensor([7, 9, 6])  # 9 never seen: copy part is 0
+    expected = [
+        naive_log_p(head, hidden, b, weight, r, i, int(labels[r, i]))
+        for r in range(2)
+        for i in range(6)
+        if labels[r, i] >= 3
+    ]
+    got = mixture_nll(head, hidden, b, weight, labels)
+    assert math.isclose(float(got), -sum(expected) / len(expected), rel_tol=1e-5)
+
+
+def test_scores_are_the_mixture_at_the_newest_position():
+    torch.manual_seed(1)
+    head = RepeatHead(8, 16, time=True, query_time=True)
+    hidden, weight, b = torch.randn(2, 6, 8), torch.randn(N_ITEMS, 8), batch()
+    rows = torch.arange(2)
+    logits = hidden[rows, b.lengths - 1] @ weight.T
+    logits[:, :3] = -torch.inf
+    scores = mixture_log_scores(head, hidden, b, logits)
+    for r in range(2):
+        i = int(b.lengths[r]) - 1
+        for v in range(3, N_ITEMS):
+            assert math.isclose(
+                float(scores[r, v]), naive_log_p(head, hidden, b, weight, r, i, v), rel_tol=1e-5
+            )
+    assert torch.allclose(scores.exp()[:, 3:].sum(1), torch.ones(2), atol=1e-5)
+
+
+def test_chunked_logsumexp_values_and_gradients():
+    torch.manual_seed(2)
+    h = torch.randn(300, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(300, dtype=torch.float64)
+    (chunked_logsumexp(h.float(), w.float()).double() * upstream).sum().backward()
+    gh, gw = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    expected = torch.logsumexp(h @ w.T, dim=1)
+    (expected * upstream).sum().backward()
+    assert torch.allclose(chunked_logsumexp(h.float(), w.float()).double(), expected, atol=1e-4)
+    assert torch.allclose(gh, h.grad, atol=1e-4) and torch.allclose(gw, w.grad, atol=1e-4)
+
+
+def test_step_buckets():
+    steps = torch.tensor([0, 1, 2, 3, 4, 5, 8, 9, 10**6])
+    assert step_bucket(steps).tolist() == [0, 1, 2, 3, 3, 4, 4, 5, 15]
