@@ -26,8 +26,8 @@ def file_target(target: str | Path) -> Path:
     path = Path(text)
     if text.endswith(("/", os.sep)) or path.is_dir():
         raise SeqencError(
-            f"output {text!r} names a directory; give a file path such as "
-            f"{str(path / 'embeddings.parquet')!r} (a directory is never replaced by a file)"
+            f"output {text!r} names a directory; refusing to overwrite it with a file: give a "
+            f"file path such as {str(path / 'embeddings.parquet')!r}"
         )
     _check_parent(path)
     return path

@@ -28,7 +28,7 @@ import torch
 
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.batches import Batch, collate
-from seqenc.data.events import Source, read_events
+from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.sequences import SequenceStore, build_sequences
 from seqenc.data.split import full_view
@@ -63,7 +63,9 @@ def sequences(
         raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
     schema = meta.schema
     table = read_events(events, schema)
-    store, _ = build_sequences(table, schema, max_len=max_len, as_of=as_of, vocabs=vocabs)
+    store, _ = build_sequences(
+        Events(table, schema), schema, max_len=max_len, as_of=as_of, vocabs=vocabs
+    )
     entities = pc.unique(table[schema.entity])
     n_skipped = len(entities) - len(store)
     if n_skipped and on_empty == "raise":

@@ -262,7 +262,7 @@ def test_unknown_categorical_values_are_counted_per_column(caplog):
     store, _ = build_sequences(ints, schema, vocabs=vocabs)
     assert store.n_unknown_categorical == {"kind": 2}
     with caplog.at_level("WARNING"):
-        log_unknown_values(store)
+        log_unknown_values(store.n_events, 0, store.n_unknown_categorical)
     assert "2 of 2 events have a 'kind' value unknown" in caplog.text
 
 

@@ -206,7 +206,10 @@ class EventScan:
         self.text_ids: set[str] = set()
         for path in files:
             names, arrow = _file_columns(path)
-            _check_columns(names, schema, f"{str(path)!r}")
+            try:
+                _check_columns(names, schema, f"the file {path.name!r}")
+            except SeqencError as e:
+                raise SeqencError(f"{str(path)!r}: {e}") from None
             self.text_ids |= {
                 c
                 for c in ids
@@ -246,10 +249,8 @@ class EventScan:
             if is_text(col.type):  # CSV text counts as integer when it parses as one
                 integer = _is_csv(path) and _parses_as_int(col)
                 self.all_int[name] = self.all_int[name] and integer
-                col = col.cast(pa.large_string())
-            else:
-                col = col.cast(pa.large_string())
-            table = table.set_column(table.column_names.index(name), name, col)
+            i = table.column_names.index(name)
+            table = table.set_column(i, name, col.cast(pa.large_string()))
         return table
 
     @property
@@ -257,12 +258,17 @@ class EventScan:
         """Stored-as-text columns whose values were all integers: they are ``int64`` in the end."""
         return {name: "int64" for name, integer in self.all_int.items() if integer}
 
-    def finish(self, table: pa.Table, final_types: dict[str, str] | None = None) -> pa.Table:
+    def finish(self, table: pa.Table) -> pa.Table:
         """Blocks of this scan (or a table of them) in the whole-input types."""
-        for name in final_types if final_types is not None else self.final_types:
-            i = table.column_names.index(name)
-            table = table.set_column(i, name, table[name].cast(pa.int64()))
-        return table
+        return with_final_types(table, self.final_types)
+
+
+def with_final_types(table: pa.Table, final_types: dict[str, str]) -> pa.Table:
+    """Cast the columns named in :attr:`EventScan.final_types` (stored as text) to ``int64``."""
+    for name in final_types:
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, table[name].cast(pa.int64()))
+    return table
 
 
 def _value_type(t: pa.DataType) -> pa.DataType:

@@ -233,21 +233,24 @@ def _radix_order(key: np.ndarray, order: np.ndarray) -> np.ndarray:
     return order
 
 
-def log_unknown_values(store: SequenceStore) -> None:
-    """Warn about events whose item or categorical value the vocabularies do not know (→ UNK)."""
-    if store.n_unknown_items:
+def log_unknown_values(
+    n_events: int, n_unknown_items: int, n_unknown_categorical: dict[str, int]
+) -> None:
+    """Warn about events whose item or categorical value the vocabularies do not know (→ UNK);
+    the counts are a store's (or several stores' sums)."""
+    if n_unknown_items:
         log.warning(
             "%d of %d events have items unknown to the model (encoded as UNK)",
-            store.n_unknown_items,
-            store.n_events,
+            n_unknown_items,
+            n_events,
         )
-    for column, n in store.n_unknown_categorical.items():
+    for column, n in n_unknown_categorical.items():
         if n:
             log.warning(
                 "%d of %d events have a %r value unknown to the model (encoded as UNK; a column "
                 "of another type than in training, e.g. ints for text, is compared as text)",
                 n,
-                store.n_events,
+                n_events,
                 column,
             )
 
