@@ -267,11 +267,11 @@ def test_unknown_categorical_values_are_counted_per_column(caplog):
 
 
 def test_require_trainable_names_min_len():
-    store, _ = build_sequences(
-        pd.DataFrame({"entity_id": [1, 1, 2], "item_id": [1, 2, 3], "timestamp": [0, 1, 2]})
-    )
-    require_trainable(store, 2)
-    with pytest.raises(
-        SeqencError, match=r"all 2 entities have fewer than min_len=3.*longest has 2"
-    ):
+    df = pd.DataFrame({"entity_id": [1, 1, 1, 1, 2], "item_id": [1, 2, 3, 4, 5], "timestamp": 0})
+    store, _ = build_sequences(df)
+    require_trainable(store, 3)
+    with pytest.raises(SeqencError, match=r"all 2 entities have fewer than 5 events \(min_len=5"):
+        require_trainable(store, 5)
+    store, _ = build_sequences(df.iloc[1:])  # three events: nothing left to train on
+    with pytest.raises(SeqencError, match=r"fewer than 4 events \(min_len=3.*longest has 3"):
         require_trainable(store, 3)

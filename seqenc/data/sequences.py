@@ -255,15 +255,17 @@ def log_unknown_values(
             )
 
 
-def require_trainable(store: SequenceStore, min_len: int) -> None:
-    """Refuse a log where no entity has the ``min_len`` events a leave-one-out split needs
-    (training would run on nothing and save an untrained model)."""
+def require_trainable(store: SequenceStore, min_len: int, min_events: int = 4) -> None:
+    """Refuse a log where no entity has ``max(min_len, min_events)`` events (leave-one-out holds
+    out two events and a training window needs two more): training would run on nothing and
+    save an untrained model."""
+    needed = max(min_len, min_events)
     lengths = store.lengths
-    short = int(np.count_nonzero(lengths < min_len))
-    if short == len(store):
-        longest = int(lengths.max()) if len(store) else 0
-        raise SeqencError(
-            f"no entity has enough events to train: all {short} entities have fewer than "
-            f"min_len={min_len} events (the longest has {longest}); lower data.min_len "
-            "(at least 3 for train/val/test) or give a longer log"
-        )
+    if len(store) and (lengths >= needed).any():
+        return
+    longest = int(lengths.max()) if len(store) else 0
+    raise SeqencError(
+        f"no entity has enough events to train: all {len(store)} entities have fewer than "
+        f"{needed} events (min_len={min_len}; a train/val/test split needs at least "
+        f"{min_events}); the longest has {longest}. Lower data.min_len or give a longer log"
+    )
