@@ -26,6 +26,7 @@ _MS_HINT = (
 
 
 def is_text(t: pa.DataType) -> bool:
+    """Whether ``t`` is an Arrow string type."""
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 

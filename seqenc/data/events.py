@@ -152,7 +152,7 @@ def _is_csv(path: Path) -> bool:
     return not path.name.endswith(PARQUET_SUFFIXES)
 
 
-def _csv_options(path: Path, columns: list[str] | None = None):
+def _csv_options(path: Path, columns: list[str] | None = None, block_size: int = 16 << 20):
     parse = pacsv.ParseOptions(delimiter="\t" if path.name.endswith(".tsv") else ",")
     # Every cell is read as text and typed by seqenc.data.columns: a column's type never depends
     # on which rows Arrow's type inference happened to look at. An empty cell is null.
@@ -162,14 +162,14 @@ def _csv_options(path: Path, columns: list[str] | None = None):
         strings_can_be_null=True,
         null_values=[""],
     )
-    return pacsv.ReadOptions(block_size=16 << 20), parse, convert
+    return pacsv.ReadOptions(block_size=block_size), parse, convert
 
 
 def _file_columns(path: Path) -> tuple[list[str], pa.Schema | None]:
     """Column names of a file and, for Parquet, its Arrow schema (from the footer)."""
     try:
         if _is_csv(path):
-            read, parse, _ = _csv_options(path)
+            read, parse, _ = _csv_options(path, block_size=1 << 16)  # the header is enough
             with pacsv.open_csv(path, read_options=read, parse_options=parse) as reader:
                 return reader.schema.names, None
         schema = pq.read_schema(path)

@@ -46,8 +46,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from seqenc.atomic import directory_target, file_target
 from seqenc.bundle import load_bundle
-from seqenc.data.columns import epoch_seconds
-from seqenc.data.events import expand_paths
+from seqenc.data.events import epoch_seconds, expand_paths
 from seqenc.data.sequences import log_unknown_values
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
@@ -92,7 +91,7 @@ def export_embeddings(
         events: Parquet/CSV file(s), a glob or a directory of Parquet files.
         output: the Parquet file (one process) or shard directory (several) to write.
         as_of: use only events at or before this time (also the recency reference); the forms of
-            :func:`~seqenc.data.columns.epoch_seconds`.
+            :func:`~seqenc.data.events.epoch_seconds`.
         batch_size: histories per forward pass.
         chunk_events: events per temporary partition: bounds memory (about 1 KB per event).
         on_empty: for entities with no event at or before ``as_of``: ``"skip"`` (count and warn;
