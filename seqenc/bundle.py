@@ -25,10 +25,6 @@ import hashlib
 import json
 import logging
 import pickle
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -37,6 +33,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from seqenc.atomic import atomic_directory
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies
@@ -93,7 +90,7 @@ class BundleMeta:
             "objective": self.objective,
             "max_len": self.max_len,
             "encoder": asdict(self.encoder),
-            "schema": asdict(self.schema),
+            "schema": self.schema.to_dict(),
             "config_hash": self.config_hash,
             "weights_sha256": self.weights_sha256,
             "vocab_sha256": self.vocab_sha256,
@@ -121,7 +118,10 @@ class BundleMeta:
         _expect(d["max_len"], int, f"{where}: max_len")
         for key in ("encoder", "schema"):
             _expect(d[key], dict, f"{where}: {key}")
-        encoder = _dataclass_from(EncoderConfig, d["encoder"], f"{where}: encoder")
+        # Bundles written before the query time had the recency input instead.
+        legacy = {"query_time": False, "recency": d["encoder"].get("time", True)}
+        legacy = {} if "query_time" in d["encoder"] else legacy
+        encoder = _dataclass_from(EncoderConfig, d["encoder"] | legacy, f"{where}: encoder")
         schema = _dataclass_from(EventSchema, d["schema"], f"{where}: schema")
         meta = cls(
             name=d["name"],
@@ -136,7 +136,7 @@ class BundleMeta:
             format_version=version,
         )
         meta.check(where)
-        if meta.config_hash != config_hash(meta.objective, meta.max_len, meta.encoder, meta.schema):
+        if meta.config_hash != config_hash(meta.objective, meta.max_len, d["encoder"], d["schema"]):
             raise SeqencError(f"{where}: config_hash does not match the configuration (edited?)")
         return meta
 
@@ -209,14 +209,17 @@ def _dataclass_from(cls: type, d: dict[str, Any], where: str) -> Any:
         raise SeqencError(f"{where}: invalid model configuration: {e}") from e
 
 
-def config_hash(objective: str, max_len: int, encoder: EncoderConfig, schema: EventSchema) -> str:
-    """16 hex digits of the SHA-256 of the canonical JSON of the model's configuration."""
+def config_hash(
+    objective: str, max_len: int, encoder: EncoderConfig | dict, schema: EventSchema | dict
+) -> str:
+    """16 hex digits of the SHA-256 of the canonical JSON of the model's configuration (of the
+    dicts as ``config.json`` stores them, so fields added later do not change old bundles' hash)."""
     text = json.dumps(
         {
             "objective": objective,
             "max_len": max_len,
-            "encoder": asdict(encoder),
-            "schema": asdict(schema),
+            "encoder": encoder if isinstance(encoder, dict) else asdict(encoder),
+            "schema": schema if isinstance(schema, dict) else schema.to_dict(),
         },
         sort_keys=True,
     )
@@ -243,36 +246,9 @@ def _check_vocabs(
         )
 
 
-@contextmanager
-def _atomic_directory(target: Path) -> Iterator[Path]:
-    """A fresh temporary directory beside ``target``, renamed to ``target`` on success.
-
-    An existing ``target`` is replaced only if it is an empty directory or a bundle (holds
-    ``config.json``).
-    """
-    replaceable = target.is_dir() and (
-        (target / CONFIG_FILE).is_file() or not any(target.iterdir())
-    )
-    if target.exists() and not replaceable:
-        raise SeqencError(
-            f"{str(target)!r} exists and is not a seqenc bundle; refusing to overwrite"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        yield tmp
-        tmp.chmod(0o755)
-        if target.exists():
-            old = Path(
-                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
-            )
-            target.rename(old / "bundle")
-            tmp.rename(target)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _replaceable(target: Path) -> bool:
+    """An existing bundle directory (or an empty one) may be replaced by a new bundle."""
+    return (target / CONFIG_FILE).is_file() or not any(target.iterdir())
 
 
 def save_bundle(
@@ -299,7 +275,7 @@ def save_bundle(
     where = f"save_bundle({str(output_dir)!r})"
     _check_vocabs(spec.vocabs, config, spec.schema, where)
     state = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items()}
-    with _atomic_directory(output_dir) as tmp:
+    with atomic_directory(output_dir, _replaceable, "a seqenc bundle") as tmp:
         save_file(state, tmp / WEIGHTS_FILE, metadata={"format": "pt"})
         (tmp / VOCAB_FILE).write_text(json.dumps(spec.vocabs.to_dict()) + "\n")
         meta = BundleMeta(

@@ -1,5 +1,5 @@
-"""Lightning callbacks of ``seqenc fit``: early stopping that resumes as configured, and the bundle
-written when fitting ends."""
+"""Lightning callbacks of the ``seqenc`` command: early stopping that resumes as configured, the
+bundle written when fitting ends, and the trivial baselines printed beside every test."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
+from seqenc.baselines import BASELINES, baseline_metrics
 from seqenc.bundle import bundle_from_checkpoint, save_bundle
 
 
@@ -60,3 +61,30 @@ class WriteBundle(Callback):
             self.path = save_bundle(
                 output, pl_module.encoder, pl_module.spec, pl_module.objective.name, name=name
             )
+
+
+class Baselines(Callback):
+    """After ``test``, the trivial baselines on the same split and metrics: popularity and
+    "repeat the most recent distinct items" (:mod:`seqenc.baselines`), printed beside the model's
+    figures and logged as ``baseline/<name>/<metric>``, with the share of repeated targets."""
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        datamodule = trainer.datamodule
+        if datamodule is None or not trainer.is_global_zero:
+            return
+        train, _, test = datamodule.splits
+        values = baseline_metrics(train, test, pl_module.hparams.ks, pl_module.filter_seen)
+        model = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+        names = [k for k in model if k != "test/repeat_targets"]
+        rows = [("model", [model[k] for k in names])] + [
+            (f"baseline/{b}", [values[f"{b}/{k.removeprefix('test/')}"] for k in names])
+            for b in BASELINES
+        ]
+        width = max(len(k) for k in names)
+        print(f"test split: {len(test)} targets, {values['share_repeat_targets']:.1%} repeat an "
+              f"item of their history; seen items {'filtered' if pl_module.filter_seen else 'kept'}")
+        print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))
+        for label, numbers in rows:
+            print(f"{label:<20}" + "".join(f"{v:>{width}.4f}" for v in numbers))
+        for logger in trainer.loggers:
+            logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})

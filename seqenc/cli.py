@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from seqenc.bundle import bundle_from_checkpoint
-from seqenc.callbacks import ConfiguredEarlyStopping, WriteBundle
+from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.cli_support import default_logger_classes, run_user_command
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError
 from seqenc.module import SeqencModule
@@ -79,7 +80,7 @@ def trainer_defaults(name: str) -> dict:
             "class_path": f"lightning.pytorch.loggers.{cls}",
             "init_args": {"save_dir": "runs", "name": name, "version": version},
         }
-        for cls in ("CSVLogger", "TensorBoardLogger")
+        for cls in default_logger_classes()
     ]
     return {
         "logger": loggers,
@@ -89,6 +90,7 @@ def trainer_defaults(name: str) -> dict:
             ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
             ModelCheckpoint(filename="last"),
             WriteBundle(),
+            Baselines(),
         ],
         "use_distributed_sampler": False,
         "gradient_clip_val": 1.0,
@@ -126,12 +128,17 @@ def main(argv: list[str] | None = None) -> None:
         from seqenc.export import main as embed_main
 
         return embed_main(argv[1:])
-    SeqencCLI(
-        SeqencModule,
-        SequenceDataModule,
-        trainer_defaults=trainer_defaults(_run_name(argv)),
-        save_config_kwargs={"overwrite": True},
-        args=given,  # None: LightningCLI reads sys.argv itself
+    run_user_command(
+        lambda: SeqencCLI(
+            SeqencModule,
+            SequenceDataModule,
+            trainer_defaults=trainer_defaults(_run_name(argv)),
+            # Only fit saves its config (into the run folder); test / validate have no run folder.
+            save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
+            save_config_kwargs={"overwrite": True},
+            args=given,  # None: LightningCLI reads sys.argv itself
+        ),
+        f"seqenc {argv[0] if argv else ''}".strip(),
     )
 
 

@@ -14,9 +14,10 @@ runs under bf16 autocast; embeddings are always returned as float32.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,9 +29,9 @@ import torch
 
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.batches import Batch, collate
-from seqenc.data.events import Source, read_events
+from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sampling import BucketBatchSampler
-from seqenc.data.sequences import SequenceStore, build_sequences
+from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
 from seqenc.data.split import full_view
 from seqenc.data.vocab import N_SPECIAL, Vocabularies
 from seqenc.errors import SeqencError
@@ -63,7 +64,9 @@ def sequences(
         raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
     schema = meta.schema
     table = read_events(events, schema)
-    store, _ = build_sequences(table, schema, max_len=max_len, as_of=as_of, vocabs=vocabs)
+    store, _ = build_sequences(
+        Events(table, schema), schema, max_len=max_len, as_of=as_of, vocabs=vocabs
+    )
     entities = pc.unique(table[schema.entity])
     n_skipped = len(entities) - len(store)
     if n_skipped and on_empty == "raise":
@@ -162,6 +165,7 @@ class Embeddings:
         last_event_time: ``datetime64[us]`` UTC of each entity's last event (NaT without times).
         n_unknown_items: events whose item the model never saw (encoded as UNK).
         n_skipped: entities left out for having no event at or before ``as_of``.
+        n_unknown_categorical: per categorical column, events whose value the model never saw.
     """
 
     entity_ids: np.ndarray
@@ -170,6 +174,7 @@ class Embeddings:
     last_event_time: np.ndarray
     n_unknown_items: int
     n_skipped: int
+    n_unknown_categorical: dict[str, int] = field(default_factory=dict)
 
 
 class Encoder:
@@ -194,12 +199,7 @@ class Encoder:
         return f"Encoder(name={m.name!r}, objective={m.objective!r}, dim={m.dim}, device={self.device})"
 
     def _report(self, store: SequenceStore, n_skipped: int) -> None:
-        if store.n_unknown_items:
-            log.warning(
-                "%d of %d events have items unknown to the model (encoded as UNK)",
-                store.n_unknown_items,
-                store.n_events,
-            )
+        log_unknown_values(store.n_events, store.n_unknown_items, store.n_unknown_categorical)
         if n_skipped:
             log.warning("skipped %d entities with no event at or before as_of", n_skipped)
 
@@ -234,7 +234,11 @@ class Encoder:
         for batch in iter_batches(store, max_len, batch_size):
             out[batch.index.numpy()] = embed_batch(self.model, batch.to(self.device)).cpu().numpy()
         columns = entity_columns(store, np.arange(len(store)), max_len)
-        counts = {"n_unknown_items": store.n_unknown_items, "n_skipped": n_skipped}
+        counts = {
+            "n_unknown_items": store.n_unknown_items,
+            "n_skipped": n_skipped,
+            "n_unknown_categorical": store.n_unknown_categorical,
+        }
         if output in ("numpy", "torch"):
             return Embeddings(
                 entity_ids=columns["entity_id"].to_numpy(zero_copy_only=False),
@@ -245,7 +249,7 @@ class Encoder:
             )
         table = with_embeddings(columns, out)
         metadata = file_metadata(self.meta, as_of) | {
-            f"seqenc.{k}": str(v) for k, v in counts.items()
+            f"seqenc.{k}": json.dumps(v) for k, v in counts.items()
         }
         if output == "arrow":
             return table.replace_schema_metadata(metadata)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -262,3 +263,16 @@ def test_config_fields_are_typed_and_cross_checked(tmp_path, edit, message):
     with pytest.raises(SeqencError, match=message) as err:
         load_bundle(path)
     assert CONFIG_FILE in str(err.value)
+
+
+@pytest.mark.parametrize("objective", ["causal", "masked"])
+def test_bundles_written_before_the_data_spec_still_load_and_encode_the_same(objective):
+    """tests/data/legacy_bundles: tiny bundles and their embeddings of events.parquet, written by
+    seqenc at commit 9eff811 (before DataSpec, the query time and vocab checksums)."""
+    from seqenc.inference import load_encoder
+
+    root = Path(__file__).parent / "data" / "legacy_bundles"
+    encoder = load_encoder(root / objective, device="cpu")
+    assert encoder.model.config.recency and not encoder.model.config.query_time
+    got = encoder.encode(root / "events.parquet", output="numpy").embeddings
+    np.testing.assert_allclose(got, np.load(root / objective / "expected.npy"), rtol=0, atol=1e-5)

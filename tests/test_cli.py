@@ -1,6 +1,7 @@
 """`seqenc` end to end: a short fit through the LightningCLI beats a popularity baseline."""
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -9,8 +10,9 @@ import pandas as pd
 import pytest
 
 from seqenc import __version__
-from seqenc.cli import main
+from seqenc.cli import main, trainer_defaults
 from seqenc.data.synthetic import generate_events
+from seqenc.errors import SeqencError
 
 
 def popularity_ndcg10(events: pd.DataFrame) -> float:
@@ -122,3 +124,54 @@ def test_early_stopping_waits_for_a_share_of_the_schedule(tmp_path, monkeypatch,
     )  # fmt: skip
     metrics = pd.read_csv(run_dir / "metrics.csv")
     assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1, 2]
+
+
+def test_fit_without_trainable_entities_fails_before_training(tmp_path, monkeypatch, capsys):
+    events = generate_events(20, n_items=10, seed=0, max_events=3)  # at most 3 events each
+    events.to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--data.path", "events.parquet", "--trainer.enable_progress_bar", "false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 1
+    assert "no entity has enough events to train" in err[-1] and "min_len=3" in err[-1]
+    assert "Traceback" not in "\n".join(err) and not list(tmp_path.rglob("bundle"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data.path", "missing.parquet"], "file not found: 'missing.parquet'"),
+        (["--data.path", "events.parquet", "--data.schema.item", "sku"], "['sku'] not found"),
+    ],
+)
+def test_fit_user_errors_are_one_line(tmp_path, monkeypatch, capsys, args, message):
+    generate_events(5, n_items=5, seed=0).to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 1 and message in err[-1] and "Traceback" not in "\n".join(err)
+    monkeypatch.setenv("SEQENC_DEBUG", "1")
+    with pytest.raises(SeqencError):
+        main(["fit", *args])
+
+
+def test_loggers_fall_back_to_csv_without_tensorboard(monkeypatch, capsys):
+    assert [lg["class_path"].rsplit(".")[-1] for lg in trainer_defaults("x")["logger"]] == [
+        "CSVLogger",
+        "TensorBoardLogger",
+    ]
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    loggers = trainer_defaults("x")["logger"]
+    assert [lg["class_path"].rsplit(".")[-1] for lg in loggers] == ["CSVLogger"]
+    assert "TensorBoard is not installed" in capsys.readouterr().err
+
+
+def test_validate_without_logger_writes_no_config_yaml(tmp_path, monkeypatch):
+    generate_events(30, n_items=10, seed=0).to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(["validate", "--data.path", "events.parquet", "--trainer.logger", "false",
+          "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.parquet"]

@@ -213,3 +213,36 @@ def test_epoch_seconds():
     assert epoch_seconds(pd.Timestamp(T0, unit="s", tz="Asia/Tokyo")) == T0
     with pytest.raises(SeqencError, match="'soon'"):
         epoch_seconds("soon")
+
+
+def test_epoch_seconds_has_the_timestamp_columns_rules():
+    assert epoch_seconds("1600000000") == epoch_seconds(np.int64(T0)) == T0  # CLI text = number
+    assert epoch_seconds("1600000000.5") == T0 + 0.5
+    for value in (T0 * 1000, str(T0 * 1000)):
+        with pytest.raises(SeqencError, match="milliseconds"):
+            epoch_seconds(value)
+    with pytest.raises(SeqencError, match="point in time"):
+        epoch_seconds(True)
+
+
+@pytest.mark.parametrize("column", ["entity_id", "item_id"])
+def test_boolean_ids_are_refused(column):
+    with pytest.raises(SeqencError, match=f"'{column}' holds booleans"):
+        read_events(frame(**{column: [True, True, False]}))
+
+
+def test_every_file_must_have_every_column(tmp_path):
+    frame().to_parquet(tmp_path / "a.parquet")
+    frame().drop(columns="timestamp").to_parquet(tmp_path / "b.parquet")
+    with pytest.raises(SeqencError, match=r"b\.parquet.*\['timestamp'\] not found"):
+        read_events(tmp_path)
+
+
+def test_csv_and_parquet_read_the_same_types(tmp_path):
+    df = frame(entity_id=["007", "7", "8"])  # text in Parquet stays text; in CSV all digits: int
+    df.to_parquet(tmp_path / "a.parquet")
+    df.to_csv(tmp_path / "a.csv", index=False)
+    assert read_events(tmp_path / "a.parquet")["entity_id"].to_pylist() == ["007", "7", "8"]
+    assert read_events(tmp_path / "a.csv")["entity_id"].to_pylist() == [7, 7, 8]
+    mixed = read_events([tmp_path / "a.parquet", tmp_path / "a.csv"])["entity_id"]
+    assert mixed.to_pylist() == ["007", "7", "8", "007", "7", "8"]  # any text file: all text

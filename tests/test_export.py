@@ -15,8 +15,10 @@ import pytest
 from tiny import tiny_bundle, tiny_events
 
 import seqenc.export as export
+import seqenc.export.predict as predict
 from seqenc.cli import main as cli_main
 from seqenc.errors import SeqencError
+from seqenc.export.scratch import Scratch
 from seqenc.inference import load_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +110,7 @@ def test_csv_input_as_of_and_skipping(setup, tmp_path):
 
 
 def test_failure_mid_export_leaves_no_output_and_rerun_completes(setup, tmp_path, monkeypatch):
-    real = export.sequences
+    real = predict.sequences
     calls = []
 
     def fail_on_second_chunk(*args, **kwargs):
@@ -117,14 +119,14 @@ def test_failure_mid_export_leaves_no_output_and_rerun_completes(setup, tmp_path
             raise RuntimeError("worker lost")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(export, "sequences", fail_on_second_chunk)
+    monkeypatch.setattr(predict, "sequences", fail_on_second_chunk)
     output = tmp_path / "emb.parquet"
     with pytest.raises(RuntimeError, match="worker lost"):
         _export(setup, output, batch_size=8, row_group_size=8)  # rows were written before
     assert len(calls) == 2
     assert list(tmp_path.iterdir()) == []  # no output, no scratch
 
-    monkeypatch.setattr(export, "sequences", real)
+    monkeypatch.setattr(predict, "sequences", real)
     assert pq.ParquetFile(_export(setup, output)).metadata.num_rows == 120
 
 
@@ -194,3 +196,116 @@ def test_ddp_two_cpu_processes_write_disjoint_complete_shards(setup, tmp_path):
     got = _sorted(pd.read_parquet(output))
     want = load_encoder(bundle, "cpu").encode(events)
     np.testing.assert_allclose(np.stack(got.embedding), np.stack(want.embedding), atol=1e-5)
+
+
+# --- hardening (issue 13) -----------------------------------------------------------------------
+
+
+def test_every_path_rejects_a_later_file_missing_a_column(setup, tmp_path):
+    bundle, events, _ = setup
+    events.iloc[:100].to_parquet(tmp_path / "a.parquet")
+    events.iloc[100:].drop(columns="channel").to_parquet(tmp_path / "b.parquet")
+    encoder = load_encoder(bundle, "cpu")
+    for run in (
+        lambda: encoder.encode(tmp_path),
+        lambda: export.export_embeddings(bundle, tmp_path, tmp_path / "o.parquet"),
+    ):
+        with pytest.raises(SeqencError, match=r"b\.parquet.*\['channel'\] not found"):
+            run()
+
+
+def test_errors_give_the_row_in_the_file(setup, tmp_path, monkeypatch):
+    bundle, events, _ = setup
+    monkeypatch.setattr("seqenc.data.events.SCAN_ROWS", 1000)  # many blocks per file
+    bad = events.iloc[:3000].copy()
+    bad.loc[bad.index[2500], "timestamp"] = pd.NaT
+    bad.to_parquet(tmp_path / "log.parquet", row_group_size=700)
+    encoder = load_encoder(bundle, "cpu")
+    for run in (
+        lambda: encoder.encode(tmp_path / "log.parquet"),
+        lambda: export.export_embeddings(bundle, tmp_path / "log.parquet", tmp_path / "o.parquet"),
+    ):
+        with pytest.raises(SeqencError, match=r"log\.parquet.*NaT.*first at row 2500 "):
+            run()
+
+
+def test_csv_with_text_ids_after_the_first_block_reads_alike_everywhere(setup, tmp_path):
+    bundle, events, _ = setup
+    n = 60_000  # a few MB: more than one block of Arrow's CSV type inference (1 MB)
+    log = events.sample(n, replace=True, random_state=0).reset_index(drop=True)
+    log["entity_id"] = (np.arange(n) % 50).astype(object)
+    log.loc[n - 1, "entity_id"] = "user-x"
+    log.to_csv(tmp_path / "log.csv", index=False)
+    output = export.export_embeddings(
+        bundle, tmp_path / "log.csv", tmp_path / "o.parquet", chunk_events=20_000, progress=False
+    )
+    got = _sorted(pd.read_parquet(output))
+    want = load_encoder(bundle, "cpu").encode(tmp_path / "log.csv")
+    assert got.entity_id.tolist() == want.entity_id.tolist() and "user-x" in set(got.entity_id)
+    np.testing.assert_allclose(np.stack(got.embedding), np.stack(want.embedding), atol=1e-5)
+
+
+def test_a_second_export_to_the_same_output_fails_cleanly(setup, tmp_path):
+    output = tmp_path / "emb.parquet"
+    running = Scratch(output)
+    running.acquire()  # another run holds the output's scratch
+    try:
+        with pytest.raises(SeqencError, match="another export is writing"):
+            _export(setup, output)
+        assert running.path.is_dir() and not output.exists()  # the other run's files untouched
+    finally:
+        running.release()
+    (running.path / "partitions").mkdir(parents=True)  # a killed run's leftovers: unlocked
+    (running.path / "partitions" / "events-00000.parquet").write_text("junk")
+    assert pq.ParquetFile(_export(setup, output)).metadata.num_rows == 120
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.parquet"]
+
+
+@pytest.mark.parametrize("name", ["dir/", "empty", "shards"])
+def test_a_directory_is_never_replaced_by_a_file(setup, tmp_path, name):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "part-00000.parquet").write_text("x")
+    with pytest.raises(SeqencError, match="names a directory"):
+        _export(setup, f"{tmp_path}/{name}")
+    assert (tmp_path / "empty").is_dir() and (tmp_path / "shards" / "part-00000.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", "0"], "batch_size must be a positive integer, got 0"),
+        (["--row-group-size", "0"], "row_group_size must be a positive integer, got 0"),
+        (["--as-of", "1704119688000"], "milliseconds"),
+        (["--output", "FILE/o.parquet"], "a parent is not a directory"),
+    ],
+)
+def test_cli_user_errors_are_one_line(setup, tmp_path, capsys, args, message):
+    bundle, _, pattern = setup
+    (tmp_path / "FILE").write_text("x")
+    argv = ["embed", "--model", str(bundle), "--events", pattern, "--output", "o.parquet"]
+    argv += ["--accelerator", "cpu", "--no-progress", *args]
+    argv = [a.replace("FILE", str(tmp_path / "FILE")) for a in argv]
+    with pytest.raises(SystemExit) as info:
+        cli_main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 1 and len(err) == 1 and message in err[0], err
+
+
+def test_epoch_seconds_as_of_on_the_command_line(setup, tmp_path, capsys):
+    bundle, events, pattern = setup
+    output = tmp_path / "o.parquet"
+    argv = ["embed", "--model", str(bundle), "--events", pattern, "--output", str(output)]
+    cli_main([*argv, "--as-of", "1706745600", "--accelerator", "cpu", "--no-progress"])
+    want = load_encoder(bundle, "cpu").encode(events, as_of="2024-02-01", on_empty="skip")
+    assert pq.ParquetFile(output).metadata.num_rows == len(want)
+
+
+def test_everything_after_as_of_warns_or_raises(setup, tmp_path, caplog):
+    output = tmp_path / "o.parquet"
+    with caplog.at_level("WARNING"):
+        _export(setup, output, as_of="2000-01-01")
+    assert pq.ParquetFile(output).metadata.num_rows == 0
+    assert "no entity has an event at or before as_of=2000-01-01" in caplog.text
+    with pytest.raises(SeqencError, match="entities have no event at or before"):
+        _export(setup, tmp_path / "x.parquet", as_of="2000-01-01", on_empty="raise")

@@ -98,6 +98,12 @@ def test_unknown_items_and_unseen_entities_are_counted_not_errors(encoder, event
     assert df.attrs["n_unknown_items"] == n_changed
     n_used = int(np.minimum(new.groupby("entity_id").size(), 24).sum())  # newest max_len events
     assert f"{n_changed} of {n_used} events have items unknown" in caplog.text
+    assert df.attrs["n_unknown_categorical"] == {"event_type": 0, "channel": n_changed}
+    assert f"{n_changed} of {n_used} events have a 'channel' value unknown" in caplog.text
+    table = encoder.encode(new, output="arrow")
+    assert (
+        table.schema.metadata[b"seqenc.n_unknown_categorical"] == b'{"event_type": 0, "channel": 4}'
+    )
     assert np.isfinite(np.stack(df.embedding)).all() and len(df) == 3
 
 

@@ -11,12 +11,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "seqenc"
 
 # Bottom to top: a module may import its own layer or a lower one, never a higher one.
 LAYERS = [
-    ["seqenc.errors", "seqenc.version", "seqenc.metrics", "seqenc.model"],
+    ["seqenc.errors", "seqenc.version", "seqenc.atomic", "seqenc.metrics", "seqenc.model"],
     ["seqenc.data"],
     ["seqenc.bundle", "seqenc.baselines"],
     ["seqenc.module", "seqenc.callbacks", "seqenc.inference"],
     ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
-    ["seqenc.cli"],
+    ["seqenc.cli", "seqenc.cli_support"],
 ]
 
 

@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import _stable_order, build_sequences
+from seqenc.data.sequences import (
+    _stable_order,
+    build_sequences,
+    log_unknown_values,
+    require_trainable,
+)
 from seqenc.data.vocab import UNK, Vocabularies, Vocabulary
 from seqenc.errors import SeqencError
 
@@ -26,7 +31,10 @@ def naive(df: pd.DataFrame, max_len: int | None, as_of: float | None) -> dict[st
     keys = ["entity", "items", "kind", "amount", "ts", "dt_prev", "dt_ref", "lengths"]
     out: dict[str, list] = {k: [] for k in keys}
     for entity in sorted(df["entity_id"].unique()):
-        group = df[df["entity_id"] == entity].sort_values(["timestamp", "row"])
+        # Equal times: by item, then the categorical and numeric columns (the schema's tie order).
+        group = df[df["entity_id"] == entity].sort_values(
+            ["timestamp", "item_id", "kind", "amount"]
+        )
         ts = group["timestamp"].astype(float).tolist()
         dt_prev = [0.0] + [b - a for a, b in zip(ts[:-1], ts[1:], strict=True)]
         ref = ts[-1] if as_of is None else as_of
@@ -112,8 +120,8 @@ def test_hand_case_with_string_ids_ties_and_truncation():
     store, vocabs = build_sequences(df, max_len=3)
     assert store.entity_ids.to_pylist() == ["u1", "u2"]
     assert store.offsets.tolist() == [0, 2, 5]
-    # u1: b@5, a@10. u2: a@10, c@30, b@30 (tie keeps input order), d@40 -> keep the last 3.
-    assert vocabs.item.decode(store.items).tolist() == ["b", "a", "c", "b", "d"]
+    # u1: b@5, a@10. u2: a@10, b@30, c@30 (tie broken by item), d@40 -> keep the last 3.
+    assert vocabs.item.decode(store.items).tolist() == ["b", "a", "b", "c", "d"]
     assert store.timestamps.tolist() == [5, 10, 30, 30, 40]
     assert store.dt_prev.tolist() == [0, 5, 20, 0, 10]  # u2's first kept event still has its gap
     assert store.dt_ref.tolist() == [5, 0, 10, 10, 0]
@@ -201,12 +209,69 @@ def test_stable_order_with_two_radix_passes_matches_lexsort():
 def test_real_ml100k_matches_pandas(shared_data):
     df = load_dataset(shared_data / "ml-100k" / "u.data")
     store, vocabs = build_sequences(df, max_len=50)
-    ref = (
-        df.assign(row=np.arange(len(df)))
-        .sort_values(["entity_id", "timestamp", "row"])
-        .groupby("entity_id")
-        .tail(50)
-    )
+    order = ["entity_id", "timestamp", "item_id"]  # equal times: by item (the schema default)
+    ref = df.sort_values(order).groupby("entity_id").tail(50)
     assert len(store) == 943 and store.n_events == len(ref)
     np.testing.assert_array_equal(vocabs.item.decode(store.items).astype(np.int64), ref["item_id"])
     np.testing.assert_array_equal(store.timestamps, ref["timestamp"])
+
+
+def test_row_order_never_changes_histories():
+    """Shuffled rows (e.g. Parquet from a distributed job) give the same store, ties included."""
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame(
+        {
+            "entity_id": rng.integers(0, 20, n),
+            "item_id": rng.integers(0, 5, n),
+            "timestamp": rng.integers(0, 4, n),  # many equal times
+            "kind": rng.choice(["x", "y"], n),
+            "amount": rng.integers(0, 2, n).astype(float),
+        }
+    )
+    want, _ = build_sequences(df, SCHEMA, max_len=None)
+    for seed in range(3):
+        shuffled = df.sample(frac=1, random_state=seed)
+        got, _ = build_sequences(shuffled, SCHEMA, max_len=None)
+        for name in ("items", "timestamps"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        np.testing.assert_array_equal(got.categorical["kind"], want.categorical["kind"])
+        np.testing.assert_array_equal(got.numeric["amount"], want.numeric["amount"])
+
+
+def test_tie_breakers_come_before_the_item():
+    df = pd.DataFrame(
+        {"entity_id": [1, 1, 1], "item_id": [7, 8, 9], "timestamp": [5, 5, 5], "seq": [2, 0, 1]}
+    )
+    store, vocabs = build_sequences(df, EventSchema(tie_breakers=("seq",)))
+    assert vocabs.item.decode(store.items).tolist() == [8, 9, 7]
+    store, vocabs = build_sequences(df.iloc[::-1])  # default: by item
+    assert vocabs.item.decode(store.items).tolist() == [7, 8, 9]
+
+
+def test_unknown_categorical_values_are_counted_per_column(caplog):
+    train = pd.DataFrame(
+        {"entity_id": [1, 1], "item_id": [1, 2], "timestamp": [0, 1], "kind": ["a", "b"]}
+    )
+    schema = EventSchema(categorical=("kind",))
+    _, vocabs = build_sequences(train, schema)
+    new = train.assign(kind=["a", "zzz"]).pipe(lambda d: pd.concat([d, d.assign(kind=None)]))
+    store, _ = build_sequences(new, schema, vocabs=vocabs)
+    assert store.n_unknown_categorical == {"kind": 1}  # nulls are not "unknown"
+    ints = train.assign(kind=[1, 2])  # the wrong type: compared as text, all unknown
+    store, _ = build_sequences(ints, schema, vocabs=vocabs)
+    assert store.n_unknown_categorical == {"kind": 2}
+    with caplog.at_level("WARNING"):
+        log_unknown_values(store.n_events, 0, store.n_unknown_categorical)
+    assert "2 of 2 events have a 'kind' value unknown" in caplog.text
+
+
+def test_require_trainable_names_min_len():
+    df = pd.DataFrame({"entity_id": [1, 1, 1, 1, 2], "item_id": [1, 2, 3, 4, 5], "timestamp": 0})
+    store, _ = build_sequences(df)
+    require_trainable(store, 3)
+    with pytest.raises(SeqencError, match=r"all 2 entities have fewer than 5 events \(min_len=5"):
+        require_trainable(store, 5)
+    store, _ = build_sequences(df.iloc[1:])  # three events: nothing left to train on
+    with pytest.raises(SeqencError, match=r"fewer than 4 events \(min_len=3.*longest has 3"):
+        require_trainable(store, 3)

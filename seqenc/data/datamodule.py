@@ -13,7 +13,12 @@ from seqenc.data.batches import Batch, collate
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import SequenceStore, build_sequences, repeat_share
+from seqenc.data.sequences import (
+    SequenceStore,
+    build_sequences,
+    repeat_share,
+    require_trainable,
+)
 from seqenc.data.spec import DataSpec
 from seqenc.data.split import SequenceView, leave_one_out
 from seqenc.data.vocab import Vocabularies
@@ -99,6 +104,7 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
         """(train, val, test) leave-one-out views."""
+        require_trainable(self.store, self.min_len)
         return leave_one_out(self.store, min_len=self.min_len)
 
     @property

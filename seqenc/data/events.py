@@ -1,35 +1,47 @@
 """Read an event log from pandas, Arrow, Parquet or CSV into one typed, validated Arrow table.
 
-Every later step (vocabularies, sequences) relies on what :func:`read_events` guarantees, so all
-input checking lives here: each problem raises :class:`~seqenc.errors.SeqencError` naming the column
-or file and showing an offending row.
+One reader for every path (``encode()``, training and ``seqenc embed``): files are streamed block
+by block through :class:`EventScan`, each block typed and checked once by
+:mod:`seqenc.data.columns`, with errors naming the file, column and row *in the file*. Every later
+step (vocabularies, sequences) relies on what :func:`read_events` guarantees.
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Sequence
+import gzip
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
+from seqenc.data.columns import epoch_seconds, is_text, normalize_table
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 
+__all__ = ["DEFAULT_SCHEMA", "EventScan", "Events", "Source", "epoch_seconds", "read_events"]
+
 PARQUET_SUFFIXES = (".parquet", ".pq")
 CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv")
-# Numeric epoch times above this (year 5138) are almost surely milliseconds or finer, not seconds.
-_MAX_EPOCH_SECONDS = 1e11
-_SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-
+SCAN_ROWS = 1 << 18  # rows per block when streaming files
 DEFAULT_SCHEMA = EventSchema()  # frozen, so safe as a shared default argument
 
-Source = pd.DataFrame | pa.Table | str | Path | Sequence[str | Path]
+
+@dataclass(frozen=True)
+class Events:
+    """A table already typed and validated by :func:`read_events` for ``schema``: reading it again
+    returns it as is (each event is checked once). Build one only from such a table."""
+
+    table: pa.Table
+    schema: EventSchema
+
+
+Source = pd.DataFrame | pa.Table | Events | str | Path | Sequence[str | Path]
 
 
 def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Table:
@@ -39,39 +51,47 @@ def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Tabl
         source: a pandas DataFrame, a pyarrow Table, or file(s): a path, a list of paths, a glob
             pattern (``"logs/*.parquet"``) or a directory of Parquet files. Parquet (``.parquet``,
             ``.pq``) and CSV (``.csv``, ``.csv.gz``, ``.tsv``) are supported; only the schema's
-            columns are read.
+            columns are read, and every file must have all of them.
         schema: which columns hold the entity, item, time and extra features.
 
     Returns:
         A table with exactly ``schema.columns``, typed as follows:
 
-        - entity and item: ``int64`` when the column holds integers (or whole floats), else
-          ``large_string`` (pandas string / object / categorical and Arrow dictionary columns are
-          decoded). Integer-looking *strings* stay strings: ``"007"`` and ``"7"`` are different ids.
+        - entity and item: ``int64`` when the column holds integers (or whole floats) in every
+          file, else ``large_string`` (pandas string / object / categorical and Arrow dictionary
+          columns are decoded). Integer-looking *strings* of a DataFrame, Arrow or Parquet column
+          stay strings (``"007"`` and ``"7"`` differ); in CSV, where every cell is text, a column
+          is integer when all its cells are. Booleans are refused as ids.
         - timestamp: ``float64`` **seconds since the Unix epoch, UTC**. Accepted inputs:
           datetime64 / Arrow timestamps of any unit (s, ms, us, ns); timezone-aware values are
-          converted to UTC, naive ones are taken as UTC; Arrow dates (midnight UTC); numbers, read
-          as epoch **seconds** (int or float, values above 1e11 are rejected as probable
+          converted to UTC, naive ones are taken as UTC; Arrow dates (midnight UTC); numbers
+          (or numeric text), read as epoch **seconds** (values above 1e11 are rejected as probable
           milliseconds); ISO-8601 strings such as ``"2024-03-01T12:00:00+01:00"``.
         - categorical columns: ``int64`` or ``large_string``; nulls are kept (they encode as UNK).
         - numeric columns: ``float32``.
 
     Raises:
-        SeqencError: a missing column (the available ones are listed), a null entity / item /
-            timestamp, a non-numeric, NaN or infinite value in a numeric column, an unparsable
-            timestamp, an empty log, a missing or unreadable file, a glob matching nothing, or an
-            unsupported file extension.
+        SeqencError: a missing column (naming the file; the available ones are listed), a null
+            entity / item / timestamp, a non-numeric, NaN or infinite value in a numeric column,
+            an unparsable timestamp, an empty log, a missing or unreadable file, a glob matching
+            nothing, or an unsupported file extension. Rows are numbered from 0 in each file.
     """
+    if isinstance(source, Events):
+        if source.schema == schema:
+            return source.table
+        source = source.table
     if isinstance(source, pd.DataFrame):
-        table = _from_pandas(source, schema)
+        table = normalize_table(_from_pandas(source, schema), schema)
     elif isinstance(source, pa.Table):
         _check_columns(source.column_names, schema, "the input table")
-        table = source.select(schema.columns)
+        table = normalize_table(source.select(schema.columns), schema)
     else:
-        table = _read_files(expand_paths(source), schema)
-    if table.num_rows == 0:
-        raise SeqencError(f"the event log is empty (0 rows); columns: {table.column_names}")
-    return pa.table({name: _normalize(table, name, schema) for name in schema.columns})
+        scan = EventScan(expand_paths(source), schema)
+        blocks = list(scan)
+        table = scan.finish(pa.concat_tables(blocks)) if blocks else None
+    if table is None or table.num_rows == 0:
+        raise SeqencError(f"the event log is empty (0 rows); columns: {schema.columns}")
+    return table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,200 +148,136 @@ def expand_paths(source: str | Path | Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _read_files(files: list[Path], schema: EventSchema) -> pa.Table:
-    parquet = [f for f in files if f.name.endswith(PARQUET_SUFFIXES)]
-    csv = [f for f in files if not f.name.endswith(PARQUET_SUFFIXES)]
-    tables = ([_read_parquet(parquet, schema)] if parquet else []) + [
-        _read_csv(f, schema) for f in csv
-    ]
-    if len(tables) == 1:
-        return tables[0]
-    # Files may disagree on whether an id column is int or string: compare such columns as text.
-    for name in schema.columns:
-        types = {t.schema.field(name).type for t in tables}
-        if len(types) > 1 and any(
-            pa.types.is_string(t) or pa.types.is_large_string(t) for t in types
-        ):
-            tables = [
-                t.set_column(t.column_names.index(name), name, _as_text(t[name])) for t in tables
-            ]
-    try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise SeqencError(
-            f"input files {[str(f) for f in files]} have incompatible columns: {e}"
-        ) from e
+def _is_csv(path: Path) -> bool:
+    return not path.name.endswith(PARQUET_SUFFIXES)
 
 
-def _as_text(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    return col.cast(pa.large_string())
-
-
-def _read_parquet(files: list[Path], schema: EventSchema) -> pa.Table:
-    try:
-        dataset = pads.dataset([str(f) for f in files], format="parquet")
-        _check_columns(dataset.schema.names, schema, f"Parquet file(s) {[str(f) for f in files]}")
-        return dataset.to_table(columns=schema.columns)
-    except (OSError, pa.ArrowException) as e:
-        raise SeqencError(f"cannot read Parquet file(s) {[str(f) for f in files]}: {e}") from e
-
-
-def _read_csv(path: Path, schema: EventSchema) -> pa.Table:
+def _csv_options(path: Path, columns: list[str] | None = None, block_size: int = 16 << 20):
     parse = pacsv.ParseOptions(delimiter="\t" if path.name.endswith(".tsv") else ",")
-    try:
-        with pacsv.open_csv(path, parse_options=parse) as reader:
-            available = reader.schema.names
-    except (OSError, pa.ArrowException) as e:
-        raise SeqencError(f"cannot read CSV file {str(path)!r}: {e}") from e
-    _check_columns(available, schema, f"CSV file {str(path)!r}")
-    convert = pacsv.ConvertOptions(include_columns=schema.columns)
-    try:
-        return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
-    except pa.ArrowInvalid:
-        # Type inference looks at the first block only: a later row may not fit the inferred type
-        # (an id column turning from digits to text). Read ids and categories as text instead;
-        # a bad numeric or time value is then reported with its row by _normalize.
-        text_columns = [schema.entity, schema.item, *schema.categorical, *schema.numeric]
-        convert.column_types = dict.fromkeys(text_columns, pa.large_string())
-        try:
-            return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
-        except (OSError, pa.ArrowException) as e:
-            raise SeqencError(f"cannot read CSV file {str(path)!r}: {e}") from e
-    except (OSError, pa.ArrowException) as e:
-        raise SeqencError(f"cannot read CSV file {str(path)!r}: {e}") from e
-
-
-# ---------------------------------------------------------------------------------------------
-# Column normalization
-
-
-def _bad_row(table: pa.Table, name: str, mask: np.ndarray | pa.ChunkedArray, problem: str):
-    """A SeqencError for the first row where ``mask`` is true, showing that row."""
-    if not isinstance(mask, np.ndarray):
-        mask = pc.fill_null(mask, True).to_numpy(zero_copy_only=False)
-    row = int(np.flatnonzero(mask)[0])
-    values = table.slice(row, 1).to_pylist()[0]
-    count = int(mask.sum())
-    return SeqencError(
-        f"column {name!r}: {problem} in {count} row(s); first at row {row} "
-        f"(0-based): {name}={values[name]!r}; row: {values}"
+    # Every cell is read as text and typed by seqenc.data.columns: a column's type never depends
+    # on which rows Arrow's type inference happened to look at. An empty cell is null.
+    convert = pacsv.ConvertOptions(
+        include_columns=columns or [],
+        column_types=dict.fromkeys(columns or [], pa.large_string()),
+        strings_can_be_null=True,
+        null_values=[""],
     )
+    return pacsv.ReadOptions(block_size=block_size), parse, convert
 
 
-def _normalize(table: pa.Table, name: str, schema: EventSchema) -> pa.ChunkedArray:
-    col = table[name]
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    if name == schema.timestamp:
-        return _to_epoch_seconds(table, name, col)
-    if name in schema.numeric:
-        return _to_float32(table, name, col)
-    if pa.types.is_floating(col.type):  # NaN in an id / category column means "missing"
-        col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
-    if col.null_count and name in (schema.entity, schema.item):
-        kind = "entity" if name == schema.entity else "item"
-        raise _bad_row(table, name, pc.is_null(col), f"null {kind} id")
-    return _to_id(table, name, col)
+def _file_columns(path: Path) -> tuple[list[str], pa.Schema | None]:
+    """Column names of a file and, for Parquet, its Arrow schema (from the footer)."""
+    try:
+        if _is_csv(path):
+            read, parse, _ = _csv_options(path, block_size=1 << 16)  # the header is enough
+            with pacsv.open_csv(path, read_options=read, parse_options=parse) as reader:
+                return reader.schema.names, None
+        schema = pq.read_schema(path)
+        return schema.names, schema
+    except (OSError, pa.ArrowException) as e:
+        kind = "CSV file" if _is_csv(path) else "Parquet file"
+        raise SeqencError(f"cannot read {kind} {str(path)!r}: {e}") from e
 
 
-def _to_id(table: pa.Table, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
-    t = col.type
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        try:
-            return col.cast(pa.int64())
-        except pa.ArrowInvalid as e:  # uint64 beyond int64
-            raise SeqencError(f"column {name!r}: ids do not fit in int64: {e}") from e
-    if pa.types.is_floating(t):
-        values = np.nan_to_num(col.to_numpy(), nan=0.0)  # NaN = null here, kept as null
-        if (np.abs(values) < 2**53).all() and (values == np.round(values)).all():
-            return col.cast(pa.int64())
-        return _as_text(col)
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return col.cast(pa.large_string())
-    raise SeqencError(f"column {name!r} has type {t}; expected integers or strings")
+def count_rows(path: Path) -> int:
+    """Rows of a Parquet file (footer), or an upper bound for CSV (line breaks, not parsed)."""
+    try:
+        if not _is_csv(path):
+            return pq.ParquetFile(path).metadata.num_rows
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    except (OSError, pa.ArrowException) as e:
+        raise SeqencError(f"cannot read {str(path)!r}: {e}") from e
 
 
-def _to_float32(table: pa.Table, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
-    if col.null_count:
-        raise _bad_row(table, name, pc.is_null(col), "missing value (null/NaN)")
-    t = col.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        parsed = pd.to_numeric(pd.Series(col.to_numpy(zero_copy_only=False)), errors="coerce")
-        values = parsed.to_numpy(dtype=np.float64, na_value=np.nan)
-        if np.isnan(values).any():
-            raise _bad_row(table, name, np.isnan(values), "non-numeric value")
-    elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        values = col.cast(pa.float64()).to_numpy()
-    else:
-        raise SeqencError(f"column {name!r} has type {t}; expected numbers")
-    with np.errstate(over="ignore"):  # values beyond float32 become inf, reported just below
-        out = values.astype(np.float32)
-    if not np.isfinite(out).all():
-        raise _bad_row(table, name, ~np.isfinite(out), "NaN or infinite value (or beyond float32)")
-    return pa.chunked_array([out])
+class EventScan:
+    """Stream the schema's columns of event files, ``batch_rows`` rows at a time, typed and checked.
 
-
-def _to_epoch_seconds(table: pa.Table, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
-    if col.null_count:
-        raise _bad_row(table, name, pc.is_null(col), "null/NaT timestamp")
-    t = col.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        col, t = _parse_iso(table, name, col), pa.timestamp("ns", "UTC")
-    if pa.types.is_date(t):
-        col, t = col.cast(pa.timestamp("s")), pa.timestamp("s")
-    if pa.types.is_timestamp(t):
-        # Arrow stores tz-aware timestamps as UTC ticks: the raw integers are already UTC.
-        ticks = col.cast(pa.int64()).to_numpy()
-        return pa.chunked_array([ticks * _SECONDS_PER_UNIT[t.unit]])
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        values = col.cast(pa.float64()).to_numpy()
-        if not np.isfinite(values).all():
-            raise _bad_row(table, name, ~np.isfinite(values), "NaN or infinite timestamp")
-        if np.abs(values).max() > _MAX_EPOCH_SECONDS:
-            raise _bad_row(
-                table,
-                name,
-                np.abs(values) > _MAX_EPOCH_SECONDS,
-                "numeric timestamps must be epoch SECONDS, this looks like milliseconds or finer "
-                "(divide by 1000, or pass datetime values)",
-            )
-        return pa.chunked_array([values])
-    raise SeqencError(
-        f"column {name!r} has type {t}; expected datetimes, epoch seconds or ISO text"
-    )
-
-
-def _parse_iso(table: pa.Table, name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """ISO-8601 strings → UTC timestamps (naive strings are taken as UTC)."""
-    for target in (pa.timestamp("ns"), pa.timestamp("ns", "UTC")):  # Arrow's fast parser first
-        try:
-            return col.cast(target)
-        except pa.ArrowInvalid:
-            pass
-    texts = pd.Series(col.to_numpy(zero_copy_only=False))  # mixed offsets / formats: pandas
-    parsed = pd.to_datetime(texts, utc=True, format="ISO8601", errors="coerce")
-    if parsed.isna().any():
-        raise _bad_row(table, name, parsed.isna().to_numpy(), "cannot parse timestamp as ISO-8601")
-    return pa.chunked_array([pa.Array.from_pandas(parsed).cast(pa.timestamp("ns", "UTC"))])
-
-
-def epoch_seconds(value: object) -> float:
-    """A point in time → float epoch seconds, UTC.
-
-    Accepts ``datetime`` / ``pd.Timestamp`` / ``np.datetime64`` / ISO-8601 strings (naive values are
-    taken as UTC) and plain numbers, read as epoch seconds.
+    Every file's columns are checked before the first row is read. Blocks come in *storage* types:
+    an id / categorical column is ``int64`` when every file stores it as integers, else text; once
+    all blocks have been seen, :meth:`finish` gives a table the whole-input types (text that is
+    all integers, as in CSV, becomes ``int64``), exactly as :func:`read_events` returns them.
     """
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        if not np.isfinite(value):
-            raise SeqencError(f"time must be finite, got {value!r}")
-        return float(value)
+
+    def __init__(self, files: list[Path], schema: EventSchema, batch_rows: int = SCAN_ROWS) -> None:
+        self.files, self.schema, self.batch_rows = files, schema, batch_rows
+        ids = [schema.entity, schema.item, *schema.categorical]
+        self.text_ids: set[str] = set()
+        for path in files:
+            names, arrow = _file_columns(path)
+            try:
+                _check_columns(names, schema, f"the file {path.name!r}")
+            except SeqencError as e:
+                raise SeqencError(f"{str(path)!r}: {e}") from None
+            self.text_ids |= {
+                c
+                for c in ids
+                if arrow is None or not pa.types.is_integer(_value_type(arrow.field(c).type))
+            }
+        self.all_int = dict.fromkeys(self.text_ids, True)  # every value so far integer-like?
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        for path in self.files:
+            offset = 0
+            try:
+                for batch in self._batches(path):
+                    if batch.num_rows:
+                        table = pa.Table.from_batches([batch])
+                        yield self._store(normalize_table(table, self.schema, offset), path)
+                        offset += batch.num_rows
+            except SeqencError as e:
+                raise SeqencError(f"{str(path)!r}: {e}") from e
+            except (OSError, pa.ArrowException) as e:
+                raise SeqencError(f"cannot read {str(path)!r}: {e}") from e
+
+    def _batches(self, path: Path) -> Iterator[pa.RecordBatch]:
+        columns = self.schema.columns
+        if _is_csv(path):
+            read, parse, convert = _csv_options(path, columns)
+            with pacsv.open_csv(
+                path, read_options=read, parse_options=parse, convert_options=convert
+            ) as reader:
+                yield from reader
+        else:
+            yield from pq.ParquetFile(path).iter_batches(self.batch_rows, columns=columns)
+
+    def _store(self, table: pa.Table, path: Path) -> pa.Table:
+        """Cast id columns to their storage type, noting whether their values are all integers."""
+        for name in self.text_ids:
+            col = table[name]
+            if is_text(col.type):  # CSV text counts as integer when it parses as one
+                integer = _is_csv(path) and _parses_as_int(col)
+                self.all_int[name] = self.all_int[name] and integer
+            i = table.column_names.index(name)
+            table = table.set_column(i, name, col.cast(pa.large_string()))
+        return table
+
+    @property
+    def final_types(self) -> dict[str, str]:
+        """Stored-as-text columns whose values were all integers: they are ``int64`` in the end."""
+        return {name: "int64" for name, integer in self.all_int.items() if integer}
+
+    def finish(self, table: pa.Table) -> pa.Table:
+        """Blocks of this scan (or a table of them) in the whole-input types."""
+        return with_final_types(table, self.final_types)
+
+
+def with_final_types(table: pa.Table, final_types: dict[str, str]) -> pa.Table:
+    """Cast the columns named in :attr:`EventScan.final_types` (stored as text) to ``int64``."""
+    for name in final_types:
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, table[name].cast(pa.int64()))
+    return table
+
+
+def _value_type(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _parses_as_int(col: pa.ChunkedArray) -> bool:
     try:
-        ts = pd.Timestamp(value)
-    except (TypeError, ValueError) as e:
-        raise SeqencError(f"cannot read {value!r} as a point in time: {e}") from e
-    if ts is pd.NaT:
-        raise SeqencError(f"cannot read {value!r} as a point in time (NaT)")
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.value / 1e9
+        pc.cast(col, pa.int64())
+        return True
+    except pa.ArrowInvalid:
+        return False

@@ -6,6 +6,8 @@ One flat values array per field plus one ``offsets`` array: entity ``i`` owns ev
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +19,8 @@ from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_event
 from seqenc.data.schema import EventSchema
 from seqenc.data.vocab import UNK, Vocabularies
 from seqenc.errors import SeqencError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,6 +39,8 @@ class SequenceStore:
         numeric: column name → ``[n_events]`` float32 values.
         has_time: whether the log had real timestamps.
         n_unknown_items: events whose item was not in the vocabulary (mapped to UNK).
+        n_unknown_categorical: column name → events whose (non-null) value was not in that
+            column's vocabulary (mapped to UNK, like nulls).
     """
 
     entity_ids: pa.Array
@@ -47,6 +53,7 @@ class SequenceStore:
     numeric: dict[str, np.ndarray] = field(default_factory=dict)
     has_time: bool = True
     n_unknown_items: int = 0
+    n_unknown_categorical: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -84,9 +91,10 @@ def build_sequences(
             ``as_of`` cut (training).
         min_count: when fitting, items seen fewer times map to UNK.
 
-    Ordering: entities by ascending id; events by time, and events with equal times (including
-    exact duplicates) keep their input order. Without a timestamp column the input order is the
-    event order and every time field is 0.
+    Ordering: entities by ascending id; events by time, and events with equal times by
+    ``schema.tie_order`` (the schema's ``tie_breakers``, then item, categorical and numeric
+    values), so the order of the input rows never matters. Without a timestamp column the input
+    order is the event order and every time field is 0.
 
     Time deltas: ``dt_prev`` is the gap to the entity's previous event in its full history up
     to ``as_of`` (so the first event of a truncated window still knows its gap; 0 only for the
@@ -118,7 +126,8 @@ def build_sequences(
     codes, entity_ids = _entity_codes(table[schema.entity])
     n_events, n_entities = len(codes), len(entity_ids)
     times = table[schema.timestamp].to_numpy() if has_time else np.zeros(n_events)
-    order = _stable_order(codes, times if has_time else None, n_entities)
+    ties = (lambda: _tie_order(table, schema)) if has_time else None
+    order = _stable_order(codes, times if has_time else None, n_entities, ties)
     codes, times = codes[order], times[order]
 
     full_lengths = np.bincount(codes, minlength=n_entities)
@@ -137,6 +146,7 @@ def build_sequences(
     dt_ref = ref_time - times
 
     items = vocabs.item.encode(table[schema.item])[0][kept]
+    categorical = {c: vocabs.categorical[c].encode(table[c])[0][kept] for c in schema.categorical}
     lengths = full_lengths if max_len is None else np.minimum(full_lengths, max_len)
     store = SequenceStore(
         entity_ids=entity_ids,
@@ -145,12 +155,14 @@ def build_sequences(
         timestamps=times[keep],
         dt_prev=dt_prev[keep].astype(np.float32),
         dt_ref=dt_ref[keep].astype(np.float32),
-        categorical={
-            c: vocabs.categorical[c].encode(table[c])[0][kept] for c in schema.categorical
-        },
+        categorical=categorical,
         numeric={c: table[c].to_numpy()[kept] for c in schema.numeric},
         has_time=has_time,
         n_unknown_items=int(np.count_nonzero(items == UNK)),
+        n_unknown_categorical={
+            c: int(np.count_nonzero((ids == UNK) & _valid(table[c])[kept]))
+            for c, ids in categorical.items()
+        },
     )
     return store, vocabs
 
@@ -178,24 +190,45 @@ def _entity_codes(ids: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return rank[codes], uniques.take(pa.array(sorter))
 
 
-def _stable_order(codes: np.ndarray, times: np.ndarray | None, n_entities: int) -> np.ndarray:
-    """Permutation sorting events by (entity code, time); equal keys keep their input order.
+def _valid(col: pa.ChunkedArray) -> np.ndarray:
+    return pc.is_valid(col).to_numpy(zero_copy_only=False)
+
+
+def _tie_order(table: pa.Table, schema: EventSchema) -> np.ndarray:
+    """Permutation sorting the events by ``schema.tie_order`` (stable; nulls last)."""
+    keys = [(c, "ascending") for c in schema.tie_order]
+    return pc.sort_indices(table, sort_keys=keys).to_numpy()
+
+
+def _stable_order(
+    codes: np.ndarray,
+    times: np.ndarray | None,
+    n_entities: int,
+    ties: Callable[[], np.ndarray] | None = None,
+) -> np.ndarray:
+    """Permutation sorting events by (entity code, time); equal keys keep the order ``ties()``
+    (a permutation of the events, computed only when needed), or the input order.
 
     An LSD radix sort, 16 bits a pass (numpy's stable argsort of uint16 is a radix sort), on one
     int64 key ``code * time_span + time`` when times are whole seconds; otherwise a stable
     comparison sort by time followed by the radix passes over the codes.
     """
     step = np.diff(codes)
-    ordered = step >= 0 if times is None else (step > 0) | ((step == 0) & (np.diff(times) >= 0))
+    if times is None:
+        ordered = step >= 0
+    else:
+        dt = np.diff(times)
+        ordered = (step > 0) | ((step == 0) & (dt > 0 if ties is not None else dt >= 0))
     if ordered.all():  # logs are often written grouped and in time order already
         return np.arange(len(codes))
+    start = np.arange(len(codes)) if ties is None else ties()
     if times is None:
-        return _radix_order(codes, np.arange(len(codes)))
+        return _radix_order(codes, start)
     offset = times - times.min()
     span = float(offset.max()) + 1
     if n_entities * span < 2**62 and (offset == np.floor(offset)).all():
-        return _radix_order(codes * int(span) + offset.astype(np.int64), np.arange(len(codes)))
-    return _radix_order(codes, np.argsort(times, kind="stable"))
+        return _radix_order(codes * int(span) + offset.astype(np.int64), start)
+    return _radix_order(codes, start[np.argsort(times[start], kind="stable")])
 
 
 def _radix_order(key: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -207,3 +240,41 @@ def _radix_order(key: np.ndarray, order: np.ndarray) -> np.ndarray:
         order = order[np.argsort(digit, kind="stable")]
         shift += 16
     return order
+
+
+def log_unknown_values(
+    n_events: int, n_unknown_items: int, n_unknown_categorical: dict[str, int]
+) -> None:
+    """Warn about events whose item or categorical value the vocabularies do not know (→ UNK);
+    the counts are a store's (or several stores' sums)."""
+    if n_unknown_items:
+        log.warning(
+            "%d of %d events have items unknown to the model (encoded as UNK)",
+            n_unknown_items,
+            n_events,
+        )
+    for column, n in n_unknown_categorical.items():
+        if n:
+            log.warning(
+                "%d of %d events have a %r value unknown to the model (encoded as UNK; a column "
+                "of another type than in training, e.g. ints for text, is compared as text)",
+                n,
+                n_events,
+                column,
+            )
+
+
+def require_trainable(store: SequenceStore, min_len: int, min_events: int = 4) -> None:
+    """Refuse a log where no entity has ``max(min_len, min_events)`` events (leave-one-out holds
+    out two events and a training window needs two more): training would run on nothing and
+    save an untrained model."""
+    needed = max(min_len, min_events)
+    lengths = store.lengths
+    if len(store) and (lengths >= needed).any():
+        return
+    longest = int(lengths.max()) if len(store) else 0
+    raise SeqencError(
+        f"no entity has enough events to train: all {len(store)} entities have fewer than "
+        f"{needed} events (min_len={min_len}; a train/val/test split needs at least "
+        f"{min_events}); the longest has {longest}. Lower data.min_len or give a longer log"
+    )

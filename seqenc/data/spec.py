@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from seqenc.data.schema import EventSchema
@@ -67,7 +66,7 @@ class DataSpec:
     def to_dict(self, with_vocabs: bool = True) -> dict[str, Any]:
         """Plain JSON-able form (bundles keep the vocabularies in a file of their own)."""
         d = {
-            "schema": asdict(self.schema),
+            "schema": self.schema.to_dict(),
             "max_len": self.max_len,
             "repeat_share": self.repeat_share,
         }

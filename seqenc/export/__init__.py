@@ -1,0 +1,209 @@
+"""Streaming embedding export: event files → one embedding per entity in Parquet, in bounded memory,
+on one device or many (``seqenc embed``).
+
+How memory stays bounded while every entity sees its whole history:
+
+1. **Partition** (:mod:`~seqenc.export.partition`, one process, streaming). The input files are
+   read block by block by the same reader as ``encode()`` and training
+   (:class:`~seqenc.data.events.EventScan`: each event typed and checked once, errors name the file
+   and its row); rows are routed by a fixed hash of the entity id to one of
+   ``K = ceil(n_events / chunk_events)`` temporary Parquet files (CSV rows are estimated from line
+   breaks, not parsed twice). Each partition is an *entity-complete* chunk of about
+   ``chunk_events`` events.
+2. **Embed** (:mod:`~seqenc.export.predict`, Lightning ``trainer.predict``). Partitions are read one
+   at a time: histories with the bundle's schema and vocabularies → length-sorted batches →
+   embeddings; :mod:`~seqenc.export.writer` appends them as row groups of ``row_group_size`` rows.
+   Memory holds one partition and at most two row groups, whatever the input size.
+
+Scale-out: with ``W > 1`` processes (``--strategy ddp --devices W``; on CPU the gloo backend) rank 0
+partitions while the others wait; every rank then embeds every ``W``-th batch of every partition.
+
+Output layout: one process writes the single file ``<output>`` (a path ending in ``/`` or naming a
+directory is refused: give a file name); ``W`` processes write a directory ``<output>/`` of
+``part-00000.parquet`` … one per rank, which pyarrow, pandas (``pd.read_parquet(output)``), DuckDB
+(``read_parquet('<output>/*.parquet')``) and Spark read as one table. A directory is never replaced
+by a file nor the reverse. Columns: ``entity_id`` (the log's id type), ``embedding``
+``fixed_size_list<float32>[d]``, ``n_events`` int32 (events fed to the model),
+``last_event_time`` ``timestamp[us, UTC]`` (null without times); rows in no particular order. File
+metadata: ``seqenc.model``, ``seqenc.version``, ``seqenc.config_hash``, ``seqenc.weights_sha256``,
+``seqenc.dim``, ``seqenc.as_of``.
+
+Atomicity: everything is written under the scratch directory ``.<output name>.seqenc-tmp/`` beside
+the output (:mod:`~seqenc.export.scratch`: locked by one run at a time; a second export to the same
+output fails at once) and renamed to ``<output>`` once complete (:mod:`seqenc.atomic`). A failed run
+leaves no ``<output>``; its scratch is removed on failure, or by the next run if it was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_only
+
+from seqenc.atomic import directory_target, file_target
+from seqenc.bundle import load_bundle
+from seqenc.data.events import epoch_seconds, expand_paths
+from seqenc.data.sequences import log_unknown_values
+from seqenc.errors import SeqencError
+from seqenc.export.partition import partition_of
+from seqenc.export.predict import EmbeddingModule, ExportDataModule
+from seqenc.export.scratch import Scratch
+from seqenc.export.writer import ParquetPredictionWriter, output_schema
+from seqenc.inference import ON_EMPTY, file_metadata
+
+__all__ = ["export_embeddings", "main", "output_schema", "partition_of"]
+
+log = logging.getLogger(__name__)
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SeqencError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _only_shards(path: Path) -> bool:
+    return all(p.match("part-*.parquet") for p in path.iterdir())
+
+
+def export_embeddings(
+    model: str | Path,
+    events: str | Path | list[str | Path],
+    output: str | Path,
+    as_of: object = None,
+    batch_size: int = 256,
+    chunk_events: int = 1_000_000,
+    on_empty: str = "skip",
+    row_group_size: int = 65536,
+    accelerator: str = "auto",
+    devices: int | str | list[int] = 1,
+    strategy: str = "auto",
+    progress: bool = True,
+) -> Path:
+    """Embed every entity of the event file(s) ``events`` with the bundle ``model`` into Parquet.
+
+    Args:
+        model: a bundle directory.
+        events: Parquet/CSV file(s), a glob or a directory of Parquet files.
+        output: the Parquet file (one process) or shard directory (several) to write.
+        as_of: use only events at or before this time (also the recency reference); the forms of
+            :func:`~seqenc.data.events.epoch_seconds`.
+        batch_size: histories per forward pass.
+        chunk_events: events per temporary partition: bounds memory (about 1 KB per event).
+        on_empty: for entities with no event at or before ``as_of``: ``"skip"`` (count and warn;
+            a warning also says when that leaves the output empty) or ``"raise"``.
+        row_group_size: rows per Parquet row group.
+        accelerator, devices, strategy: as for ``lightning.Trainer``; several devices need
+            ``strategy="ddp"`` and launch one process per device (from a script or the CLI).
+        progress: show progress bars.
+
+    Returns:
+        ``output`` (as a path). Layout, columns and metadata: see :mod:`seqenc.export`.
+    """
+    for name, value in [
+        ("chunk_events", chunk_events),
+        ("batch_size", batch_size),
+        ("row_group_size", row_group_size),
+    ]:
+        _positive_int(name, value)
+    if on_empty not in ON_EMPTY:
+        raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
+    if as_of is not None:
+        epoch_seconds(as_of)  # a bad time fails before any work
+    files = expand_paths(events)
+    encoder, meta, vocabs = load_bundle(model)
+    trainer = pl.Trainer(
+        accelerator=accelerator,
+        devices=devices,
+        strategy=strategy,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
+    if trainer.world_size == 1:
+        output = file_target(output)
+    else:
+        output = directory_target(output, _only_shards, "a directory of part-*.parquet shards")
+    scratch = Scratch(output)
+    datamodule = ExportDataModule(
+        files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
+    )
+    writer = ParquetPredictionWriter(
+        output, scratch, file_metadata(meta, as_of), row_group_size, progress
+    )
+    trainer.callbacks.append(writer)
+    try:
+        with warnings.catch_warnings():  # batches carry their own indices
+            warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+            trainer.predict(
+                EmbeddingModule(encoder), datamodule=datamodule, return_predictions=False
+            )
+    finally:
+        scratch.release()
+    stats = datamodule.dataset
+    if trainer.is_global_zero and stats is not None:
+        log_unknown_values(stats.n_events, stats.n_unknown_items, dict(stats.n_unknown_categorical))
+        if stats.n_skipped:
+            log.warning("skipped %d entities with no event at or before as_of", stats.n_skipped)
+        if not stats.n_entities:
+            log.warning(
+                "no entity has an event at or before as_of=%s: %s holds 0 rows "
+                "(on_empty='raise' makes this an error)",
+                as_of,
+                output,
+            )
+    return output
+
+
+def main(argv: list[str]) -> None:
+    """``seqenc embed --model BUNDLE --events PATH_OR_GLOB --output PATH [...]``."""
+    parser = argparse.ArgumentParser(
+        prog="seqenc embed",
+        description="Embed every entity of an event log with a model bundle, streaming to Parquet.",
+    )
+    parser.add_argument("--model", required=True, help="bundle directory")
+    parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s), glob, dir")
+    parser.add_argument("--output", required=True, help="Parquet file (or shard dir with ddp)")
+    parser.add_argument(
+        "--as-of", default=None, help="use only events at or before this time (ISO or epoch s)"
+    )
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--chunk-events", type=int, default=1_000_000, help="events per partition")
+    parser.add_argument(
+        "--on-empty",
+        choices=ON_EMPTY,
+        default="skip",
+        help="entities with no event at or before --as-of: skip (warn) or raise (fail)",
+    )
+    parser.add_argument("--row-group-size", type=int, default=65536)
+    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--devices", default="1", help="number, list (0,1) or auto")
+    parser.add_argument("--strategy", default="auto", help="e.g. ddp for several devices")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        path = export_embeddings(
+            args.model,
+            args.events,
+            args.output,
+            as_of=args.as_of,
+            batch_size=args.batch_size,
+            chunk_events=args.chunk_events,
+            on_empty=args.on_empty,
+            row_group_size=args.row_group_size,
+            accelerator=args.accelerator,
+            devices=args.devices,
+            strategy=args.strategy,
+            progress=not args.no_progress,
+        )
+    except SeqencError as e:
+        parser.exit(1, f"seqenc embed: error: {e}\n")
+    if rank_zero_only.rank == 0:
+        print(f"embeddings: {path}")

@@ -1,0 +1,164 @@
+"""Pass 2 of the export as Lightning ``predict``: partitions → length-sorted batches → embeddings.
+
+Rank 0 partitions the input (``prepare_data``) while the others wait; then every rank reads every
+partition and embeds every ``W``-th batch (``BucketBatchSampler(rank, world_size,
+even_shards=False)``), so the ranks together cover every entity exactly once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pyarrow as pa
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from seqenc.bundle import BundleMeta
+from seqenc.data.batches import Batch
+from seqenc.data.vocab import Vocabularies
+from seqenc.export.partition import (
+    count_events,
+    entity_type,
+    partition_events,
+    read_partition,
+)
+from seqenc.export.scratch import Scratch
+from seqenc.inference import embed_batch, entity_columns, iter_batches, sequences
+from seqenc.model.encoder import SequenceEncoder
+
+
+class PartitionBatches(IterableDataset):
+    """This rank's batches of every partition, each with its output columns (entity id, counts),
+    and the counts of the whole input (every rank reads every partition)."""
+
+    def __init__(
+        self,
+        partitions: list[Path],
+        meta: BundleMeta,
+        vocabs: Vocabularies,
+        as_of: object,
+        on_empty: str,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+    ) -> None:
+        self.partitions, self.meta, self.vocabs = partitions, meta, vocabs
+        self.as_of, self.on_empty, self.batch_size = as_of, on_empty, batch_size
+        self.rank, self.world_size = rank, world_size
+        self.n_skipped = self.n_unknown_items = self.n_events = self.n_entities = 0
+        self.n_unknown_categorical: Counter[str] = Counter()
+
+    def __iter__(self) -> Iterator[tuple[Batch, pa.Table]]:
+        max_len = self.meta.max_len
+        for path in self.partitions:
+            events = read_partition(path, self.meta.schema)
+            store, n_skipped = sequences(
+                events, self.meta, self.vocabs, self.as_of, self.on_empty, max_len
+            )
+            self.n_skipped += n_skipped
+            self.n_entities += len(store)
+            self.n_unknown_items += store.n_unknown_items
+            self.n_unknown_categorical.update(store.n_unknown_categorical)
+            self.n_events += store.n_events
+            for batch in iter_batches(store, max_len, self.batch_size, self.rank, self.world_size):
+                yield batch, entity_columns(store, batch.index.numpy(), max_len)
+            del store, events
+            release_freed_memory()
+
+
+def _load_glibc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_GLIBC = _load_glibc()
+
+
+def release_freed_memory() -> None:
+    """Return freed heap pages to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Tensors of ever-changing shapes fragment glibc's heap: without this, resident memory creeps up
+    from partition to partition although nothing stays alive, and memory would not stay flat.
+    """
+    if _GLIBC is not None:
+        _GLIBC.malloc_trim(0)
+
+
+def _as_is(sample: Any) -> Any:
+    return sample
+
+
+class ExportDataModule(pl.LightningDataModule):
+    """Partitions the input once (global rank 0, holding the scratch lock), then serves each rank
+    its share of batches."""
+
+    def __init__(
+        self,
+        files: list[Path],
+        meta: BundleMeta,
+        vocabs: Vocabularies,
+        scratch: Scratch,
+        as_of: object,
+        on_empty: str,
+        batch_size: int,
+        chunk_events: int,
+        progress: bool,
+    ) -> None:
+        super().__init__()
+        self.prepare_data_per_node = False  # the scratch dir lies beside the output: shared
+        self.files, self.meta, self.vocabs, self.scratch = files, meta, vocabs, scratch
+        self.as_of, self.on_empty, self.batch_size = as_of, on_empty, batch_size
+        self.chunk_events, self.progress = chunk_events, progress
+        self.dataset: PartitionBatches | None = None
+
+    @property
+    def partition_dir(self) -> Path:
+        return self.scratch.path / "partitions"
+
+    def prepare_data(self) -> None:
+        self.scratch.acquire()
+        n_partitions = max(1, math.ceil(count_events(self.files) / self.chunk_events))
+        partition_events(
+            self.files, self.meta.schema, self.partition_dir, n_partitions, self.progress
+        )
+
+    def setup(self, stage: str) -> None:
+        self.partitions = sorted(self.partition_dir.glob("events-*.parquet"))
+        self.entity_type = entity_type(self.partitions[0], self.meta.schema)
+
+    def predict_dataloader(self) -> DataLoader:
+        self.dataset = PartitionBatches(
+            self.partitions,
+            self.meta,
+            self.vocabs,
+            self.as_of,
+            self.on_empty,
+            self.batch_size,
+            self.trainer.global_rank,
+            self.trainer.world_size,
+        )
+        return DataLoader(self.dataset, batch_size=None, collate_fn=_as_is)
+
+
+class EmbeddingModule(pl.LightningModule):
+    """The bundle's encoder as a LightningModule whose ``predict_step`` gives ``[B, d]`` float32."""
+
+    def __init__(self, encoder: SequenceEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def predict_step(self, batch: tuple[Batch, pa.Table], batch_idx: int) -> torch.Tensor:
+        return embed_batch(self.encoder, batch[0])
