@@ -37,8 +37,14 @@ class RankingMetrics(Metric):
         self.add_state("count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, scores: torch.Tensor, target: torch.Tensor) -> None:
-        """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids."""
+        """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids.
+
+        A target scored -inf (filtered out, e.g. a repeated item under the seen-item filter) is a
+        miss at every K and adds 0 to MRR, however small the catalogue.
+        """
         rank = target_ranks(scores, target).double()
+        filtered = scores.gather(1, target[:, None]).squeeze(1) == -torch.inf
+        rank = rank.masked_fill(filtered, torch.inf)
         for k in self.ks:
             hit = rank < k
             setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + hit.sum())
