@@ -263,7 +263,7 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs/time_ablation")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/time_ablation.md")
     args = parser.parse_args()
-    config_path = args.config.resolve()
+    config_path, args.runs_dir = args.config.resolve(), args.runs_dir.resolve()
     config = read_config(config_path)
     max_epochs = args.max_epochs or int(config.get("trainer", {}).get("max_epochs", 20))
     reference = args.reference if args.reference in args.variants else args.variants[0]
