@@ -215,13 +215,17 @@ def mean_std(values: pd.Series) -> str:
     return f"{values.mean():.4f} ± {spread:.4f}"
 
 
-def table(name: str, runs: pd.DataFrame, base: dict[str, float], reference: str, filt: bool) -> str:
-    """The markdown section of one data set."""
+def table(
+    name: str, runs: pd.DataFrame, base: dict[str, dict[str, float]], reference: str, filt: bool
+) -> str:
+    """The markdown section of one data set; ``base``: baseline metrics by seen-item filter
+    (``"kept"``, and ``"filtered"`` when the model filters)."""
     lines = [
         f"### {name}",
         "",
         f"Seen items {'filtered (honest: a repeated target is a miss)' if filt else 'kept'}; "
-        f"{int(base['n_repeat_targets'])} test targets ({base['share_repeat_targets']:.1%}) repeat "
+        f"{int(base['kept']['n_repeat_targets'])} test targets "
+        f"({base['kept']['share_repeat_targets']:.1%}) repeat "
         "an item of their history. Δ = per-seed difference to "
         f"`{reference}` (mean ± std over the seeds both ran).",
         "",
@@ -242,11 +246,12 @@ def table(name: str, runs: pd.DataFrame, base: dict[str, float], reference: str,
             f"| {better} | {group['epochs'].median():.0f} | {group['best_val_epoch'].median():.0f} "
             f"| {group['epoch_s'].median():.2f} |"
         )
-    for method in ("popularity", "repeat"):
-        lines.append(
-            f"| baseline: {method} | — | — | {base[f'{method}/ndcg@10']:.4f} "
-            f"| {base[f'{method}/hr@10']:.4f} | {base[f'{method}/mrr']:.4f} | | | | | |"
-        )
+    for seen, values in base.items():
+        for method in ("popularity", "repeat"):
+            lines.append(
+                f"| baseline: {method}, seen {seen} | — | — | {values[f'{method}/ndcg@10']:.4f} "
+                f"| {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -304,7 +309,10 @@ def main() -> None:
         variants = [v for v in args.variants if v in set(runs.variant)]
         sub = runs[(runs.dataset == name) & runs.variant.isin(variants)]
         filt = model_filter_seen(config, VARIANTS[reference])
-        sections.append(table(name, sub, baselines(config, data[name], filt), reference, filt))
+        base = {"kept": baselines(config, data[name], False)}
+        if filt:
+            base["filtered"] = baselines(config, data[name], True)
+        sections.append(table(name, sub, base, reference, filt))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(sections)
     tmp = args.output.with_name(f".{args.output.name}.{uuid.uuid4().hex}.tmp")
