@@ -9,6 +9,7 @@ items" on the same leave-one-out split (:mod:`seqenc.baselines`).
     python benchmarks/time_ablation.py                                  # the full grid, 5 seeds
     python benchmarks/time_ablation.py --datasets bpic2013 --variants default no_time \\
         --seeds 0 1 --max-epochs 5 --jobs 2
+    python benchmarks/time_ablation.py --datasets berka -- --model.filter_seen false  # + overrides
 
 Each run writes ``<runs-dir>/<data set>/<variant>/seed<N>/result.json`` and is skipped when that
 file exists (so an interrupted grid resumes); the table goes to ``--output``. Data sets that need
@@ -128,8 +129,10 @@ def read_config(config: Path) -> dict:
 
 def model_filter_seen(config: dict, overrides: list[str]) -> bool:
     """Whether the model's evaluation filters seen items: the overrides, the config, the default."""
-    if "--model.filter_seen" in overrides:
-        return overrides[overrides.index("--model.filter_seen") + 1].lower() == "true"
+    pairs = zip(overrides, overrides[1:], strict=False)
+    given = [value for flag, value in pairs if flag == "--model.filter_seen"]
+    if given:
+        return given[-1].lower() == "true"  # the last override wins, as in the CLI
     if "filter_seen" in config.get("model", {}):
         return bool(config["model"]["filter_seen"])
     from seqenc.module import SeqencModule
@@ -159,7 +162,14 @@ def epoch_seconds(run_dir: Path) -> float:
 
 
 def train(
-    config: Path, data: dict, variant: str, seed: int, max_epochs: int, out: Path, threads: int
+    config: Path,
+    data: dict,
+    variant: str,
+    seed: int,
+    max_epochs: int,
+    extra: list[str],
+    out: Path,
+    threads: int,
 ) -> dict:
     """One ``seqenc fit`` in its own folder; returns (and writes) its result record."""
     out.mkdir(parents=True, exist_ok=True)
@@ -172,6 +182,7 @@ def train(
         "--trainer.max_epochs", str(max_epochs),
         "--trainer.enable_progress_bar", "false",
         "--early_stopping.patience", str(max_epochs + 1),  # the whole schedule
+        *extra,
         *VARIANTS[variant],
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -190,6 +201,7 @@ def train(
         "variant": variant,
         "seed": seed,
         "overrides": VARIANTS[variant],
+        "extra": extra,
         **{f"test/{m}": float(test[f"test/{m}"]) for m in METRICS},
         "epochs": int(len(val)),
         "best_val_epoch": int(val.argmax()) + 1,
@@ -267,6 +279,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per run")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs/time_ablation")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/time_ablation.md")
+    parser.add_argument("extra", nargs="*", help="`seqenc fit` overrides of every run (after --)")
     args = parser.parse_args()
     config_path, args.runs_dir = args.config.resolve(), args.runs_dir.resolve()
     config = read_config(config_path)
@@ -280,8 +293,16 @@ def main() -> None:
         name, variant, seed = job
         out = args.runs_dir / name / variant / f"seed{seed}"
         if (out / "result.json").exists():
-            return {"dataset": name, **json.loads((out / "result.json").read_text())}
-        result = train(config_path, data[name], variant, seed, max_epochs, out, args.threads)
+            result = json.loads((out / "result.json").read_text())
+            if result.get("extra", []) != args.extra:
+                raise SystemExit(
+                    f"{out} was run with the overrides {result.get('extra', [])}, not "
+                    f"{args.extra}: use another --runs-dir"
+                )
+            return {"dataset": name, **result}
+        result = train(
+            config_path, data[name], variant, seed, max_epochs, args.extra, out, args.threads
+        )
         print(
             f"{name} {variant} seed {seed}: test NDCG@10 {result['test/ndcg@10']:.4f}, "
             f"{result['epochs']} epochs, {result['wall_s']:.0f} s",
@@ -297,7 +318,7 @@ def main() -> None:
         "",
         f"`python benchmarks/time_ablation.py --datasets {' '.join(args.datasets)} "
         f"--variants {' '.join(args.variants)} --seeds {' '.join(map(str, args.seeds))} "
-        f"--max-epochs {max_epochs} --jobs {args.jobs}` on {time.strftime('%Y-%m-%d')}, "
+        f"--max-epochs {max_epochs} --jobs {args.jobs}{' -- ' + ' '.join(args.extra) if args.extra else ''}` on {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} thread(s) per run, "
         f"{args.jobs} run(s) at once. Config `{config_path.relative_to(ROOT)}` with each data set's "
         f"data overrides; every run trains all {max_epochs} epochs (early stopping off) and the "
@@ -308,7 +329,7 @@ def main() -> None:
     for name in args.datasets:
         variants = [v for v in args.variants if v in set(runs.variant)]
         sub = runs[(runs.dataset == name) & runs.variant.isin(variants)]
-        filt = model_filter_seen(config, VARIANTS[reference])
+        filt = model_filter_seen(config, args.extra + VARIANTS[reference])
         base = {"kept": baselines(config, data[name], False)}
         if filt:
             base["filtered"] = baselines(config, data[name], True)
