@@ -20,6 +20,13 @@ from seqenc.data.synthetic import (
     GAP_MEDIAN_S,
     LENGTH_MEDIAN,
     P_FOLLOW,
+    P_REPEAT,
+    P_REPEAT_START,
+    PEAK_HOURS,
+    PERIOD_GAPS,
+    PERIOD_JITTER,
+    SESSION_BREAK,
+    SESSION_MEAN,
     behaviour_profile,
     generate_events,
 )
@@ -42,8 +49,10 @@ def card(df: pd.DataFrame, params: dict) -> str:
     per_type = df.groupby("account_type")["entity_id"].nunique()
     twin = int(params["n_types"]) - 1
     gap_medians = np.geomspace(*GAP_MEDIAN_S, params["n_types"])
+    ordered = df.sort_values(["entity_id", "timestamp"], kind="stable")
+    repeat_share = ordered.duplicated(["entity_id", "item_id"]).mean()
     type_rows = "\n".join(
-        f"| {t} | {per_type[t]:,} | {p} | {_duration(g)} |"
+        f"| {t} | {per_type[t]:,} | {p} | {_duration(g)} | {PEAK_HOURS[p % len(PEAK_HOURS)]:02.0f}:00 |"
         for t, (p, g) in enumerate(
             zip(behaviour_profile(params["n_types"]), gap_medians, strict=True)
         )
@@ -64,7 +73,8 @@ Regenerate with `python datasets/make_sample.py` (writes this card too). Paramet
 - {len(df):,} events, {df["entity_id"].nunique():,} accounts, {df["item_id"].nunique():,} distinct item ids (of 0..{params["n_items"] - 1})
 - events per account: min {lengths.min()}, median {int(lengths.median())}, max {lengths.max()}
 - time range: {df["timestamp"].min()} … {df["timestamp"].max()}
-- rows sorted by `timestamp` (like a log file); strictly increasing times within an account
+- rows sorted by `timestamp` (like a log file); events of an account at least one second apart
+- {repeat_share:.1%} of events repeat an item the account used before
 
 ## Columns
 | column | dtype | meaning |
@@ -78,17 +88,23 @@ Regenerate with `python datasets/make_sample.py` (writes this card too). Paramet
 | `account_type` | int64 | latent account type — the **ground-truth label; never use it as a feature** |
 
 ## Planted structure
-| account_type | accounts | behaviour profile | median gap |
-|---|---|---|---|
+| account_type | accounts | behaviour profile | tempo (median gap in a session) | peak hour (UTC) |
+|---|---|---|---|---|
 {type_rows}
 
 - Each profile has its own Zipf item preference (over a profile-specific permutation, mixed with shared
-  popular items), its own event-type / channel mix, and item chains: with probability {P_FOLLOW} the next
-  item is the profile's fixed successor of the previous item. Next-item prediction from the previous
-  item beats popularity by a wide margin.
-- Types 0 and {twin} share profile 0 and differ **only** in their time gaps: an order-only model cannot
+  popular items), a second one for night hours (22:00–06:00), its own event-type / channel mix, and item
+  chains: within a session, with probability {P_FOLLOW} the next item is the profile's fixed successor
+  of the previous item. Next-item prediction from the previous item beats popularity by a wide margin.
+- Stream dynamics, all in units of the account's tempo: sessions of {SESSION_MEAN:g} events on average
+  with {SESSION_BREAK:g}x longer gaps between them; repeats of recent events (probability {P_REPEAT} within a
+  session, {P_REPEAT_START} at a session start; "repeat the recent items" beats popularity); an account-specific
+  habit item revisited every {PERIOD_GAPS:g} tempos (±{PERIOD_JITTER:.0%}); a daily rhythm that crowds events into each
+  profile's active hours.
+- Types 0 and {twin} share profile 0 and differ **only** in their tempo: an order-only model cannot
   separate them, a time-aware one can.
-- History lengths are log-normal (median {LENGTH_MEDIAN:g}) clipped to [{params["min_events"]}, {params["max_events"]}].
+- Ordinary history lengths are log-normal (median {LENGTH_MEDIAN:g}) clipped to [{params["min_events"]}, {params["max_events"]}],
+  plus the habit revisits (clipped to the same maximum).
 
 Load it with seqenc: `seqenc.data.loaders.load_dataset("datasets/sample/events.parquet", "events")`;
 model features: `EventSchema(categorical=("event_type", "channel"), numeric=("amount",))` (the defaults

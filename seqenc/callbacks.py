@@ -81,8 +81,10 @@ class Baselines(Callback):
             for b in BASELINES
         ]
         width = max(len(k) for k in names)
-        print(f"test split: {len(test)} targets, {values['share_repeat_targets']:.1%} repeat an "
-              f"item of their history; seen items {'filtered' if pl_module.filter_seen else 'kept'}")
+        print(
+            f"test split: {len(test)} targets, {values['share_repeat_targets']:.1%} repeat an "
+            f"item of their history; seen items {'filtered' if pl_module.filter_seen else 'kept'}"
+        )
         print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))
         for label, numbers in rows:
             print(f"{label:<20}" + "".join(f"{v:>{width}.4f}" for v in numbers))

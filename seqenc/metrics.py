@@ -42,8 +42,14 @@ class RankingMetrics(Metric):
         self, scores: torch.Tensor, target: torch.Tensor, repeat: torch.Tensor | None = None
     ) -> None:
         """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids;
-        ``repeat``: ``[B]`` bool, whether each target already occurs in its history."""
+        ``repeat``: ``[B]`` bool, whether each target already occurs in its history.
+
+        A target scored -inf (filtered out, e.g. a repeated item under the seen-item filter) is a
+        miss at every K and adds 0 to MRR, however small the catalogue.
+        """
         rank = target_ranks(scores, target).double()
+        filtered = scores.gather(1, target[:, None]).squeeze(1) == -torch.inf
+        rank = rank.masked_fill(filtered, torch.inf)
         for k in self.ks:
             hit = rank < k
             setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + hit.sum())

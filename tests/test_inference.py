@@ -143,11 +143,12 @@ def test_recommend_matches_naive_scoring(encoder, events):
         scores = table[N_SPECIAL:] @ vector
         seen = np.isin(items, subset.loc[subset.entity_id == entity, "item_id"])
         scores[seen] = -np.inf
-        expected = items[np.argsort(-scores, kind="stable")[:5]]
+        n = min(5, int((~seen).sum()))  # fewer when the entity has seen all but a few items
+        expected = items[np.argsort(-scores, kind="stable")[:n]]
         got = recs[recs.entity_id == entity]
-        assert got["rank"].tolist() == [1, 2, 3, 4, 5]
+        assert got["rank"].tolist() == list(range(1, n + 1))
         assert got.item_id.tolist() == expected.tolist()
-        np.testing.assert_allclose(got.score, np.sort(scores)[::-1][:5], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got.score, np.sort(scores)[::-1][:n], rtol=1e-5, atol=1e-5)
     unfiltered = encoder.recommend(subset, k=len(items) + 10, filter_seen=False)
     assert unfiltered.groupby("entity_id").size().eq(len(items)).all()  # k capped at n items
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqenc.data.synthetic import behaviour_profile, generate_events
+import seqenc.data.synthetic as synthetic
+from seqenc.data.synthetic import PEAK_HOURS, behaviour_profile, generate_events
 from seqenc.errors import SeqencError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -141,6 +142,63 @@ def test_bigram_predictor_beats_popularity_on_last_events(log: pd.DataFrame) -> 
     popular = np.bincount(item[~last], minlength=N_ITEMS).argmax()
     popularity_acc = (item[last] == popular).mean()
     assert bigram_acc > 0.3 and bigram_acc > 5 * popularity_acc
+
+
+def test_recent_items_repeat_and_repeat_recent_beats_popularity(log: pd.DataFrame) -> None:
+    codes = _account_codes(log)
+    item = log["item_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(item)]
+    recent_hits = popular_hits = in_window = 0
+    popular = set(np.bincount(item, minlength=N_ITEMS).argsort()[::-1][:10].tolist())
+    for s, e in zip(starts, ends, strict=True):
+        history, target = item[s : e - 1].tolist(), int(item[e - 1])
+        recent = list(dict.fromkeys(reversed(history)))[:10]  # 10 most recent distinct items
+        recent_hits += target in recent
+        popular_hits += target in popular
+        window = item[max(s, e - 11) : e - 1]
+        in_window += target in window.tolist()
+    n = len(starts)
+
+    assert in_window / n > 0.15  # the next item is often one of the last ten events' items
+    assert recent_hits > 2 * popular_hits
+
+
+def _min_gap_spread(df: pd.DataFrame) -> pd.Series:
+    """Per account (types 2 and 3: tempo of hours or more), the lowest coefficient of variation of
+    the gaps between consecutive uses of one item, over items used at least three times."""
+    df = df[df["account_type"] >= 2].sort_values(["entity_id", "timestamp"], kind="stable")
+    gaps = df.groupby(["entity_id", "item_id"])["timestamp"].diff().dt.total_seconds()
+    stats = gaps.groupby([df["entity_id"], df["item_id"]]).agg(["count", "mean", "std"])
+    stats = stats[stats["count"] >= 2]
+    return (stats["std"] / stats["mean"]).groupby(level=0).min()
+
+
+def test_periodic_revisits_give_an_item_a_regular_rhythm(monkeypatch) -> None:
+    with_habits = _min_gap_spread(generate_events(n_entities=800, n_items=N_ITEMS, seed=1))
+    monkeypatch.setattr(synthetic, "PERIOD_GAPS", 1e15)  # no account lives long enough
+    without = _min_gap_spread(generate_events(n_entities=800, n_items=N_ITEMS, seed=1))
+    assert len(with_habits) > 100 and len(without) > 100
+    assert with_habits.median() < 0.3 and with_habits.median() < 0.6 * without.median()
+
+
+def test_hour_of_day_follows_each_profile_and_shifts_items(log: pd.DataFrame) -> None:
+    hour = log["timestamp"].dt.hour.to_numpy()
+    profile = behaviour_profile(4)[log["account_type"].to_numpy()]
+    item = log["item_id"].to_numpy()
+    night = (hour >= 22) | (hour < 6)
+    shuffled = np.random.default_rng(0).permutation(night)
+    for p in range(3):
+        counts = np.bincount(hour[profile == p], minlength=24)
+        off_peak = (counts.argmax() - PEAK_HOURS[p]) % 24
+        assert min(off_peak, 24 - off_peak) <= 1 and counts.max() > 4 * counts.min()
+
+        def tv(split: np.ndarray, p: int = p) -> float:
+            a = np.bincount(item[(profile == p) & split], minlength=N_ITEMS)
+            b = np.bincount(item[(profile == p) & ~split], minlength=N_ITEMS)
+            return 0.5 * float(np.abs(a / a.sum() - b / b.sum()).sum())
+
+        assert tv(night) > 0.2 and tv(night) > 1.8 * tv(shuffled)
 
 
 @pytest.mark.parametrize(

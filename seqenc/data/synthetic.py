@@ -1,29 +1,50 @@
-"""A deterministic synthetic account-event log with planted, checkable structure.
+"""A deterministic synthetic account-event log with planted, checkable structure and the dynamics
+of real event streams (sessions, bursts, periodic revisits, repeats of recent items, time of day).
 
 Every account has a latent ``account_type`` (the ground-truth label; it is returned so tests and
-benchmarks can score embeddings, and must NOT be fed to a model as a feature). The type drives:
+benchmarks can score embeddings, and must NOT be fed to a model as a feature). The type picks a
+*behaviour profile* (:func:`behaviour_profile`) and a *tempo* (the median gap within a session, from
+``GAP_MEDIAN_S[0]`` for type 0 to ``GAP_MEDIAN_S[1]`` for the last type, geometrically).
 
-* **Items.** Each type follows a *behaviour profile*: a Zipf preference over its own permutation of
-  the items, mixed with a Zipf over globally popular items shared by all profiles, plus chains: with
-  probability ``P_FOLLOW`` the next item is ``successor[profile, previous item]`` (a fixed
-  per-profile permutation), otherwise a fresh draw from the preference. Next-item prediction from the
-  previous item therefore beats popularity by a wide margin.
-* **Event types, channels, amounts.** Per-profile ``event_type`` / ``channel`` mixes; purchases carry
-  an item-specific log-normal price, every other event has ``amount`` 0.
-* **Time gaps.** Log-normal gaps whose median grows geometrically with the type, from
-  ``GAP_MEDIAN_S[0]`` (bursty) to ``GAP_MEDIAN_S[1]`` (slow).
+**Times.** Each account runs on its own activity clock, in units of its tempo:
 
-The last type is a *time twin* of type 0 (see :func:`behaviour_profile`): it shares type 0's profile
-(items, chains, event types, channels, amounts, history lengths) and differs only in its gaps — 30 s
-versus 2 days. Order alone cannot tell them apart; time can.
+* *sessions*: geometric session lengths (mean ``SESSION_MEAN`` events); gaps within a session are
+  log-normal around the tempo, gaps between sessions ``SESSION_BREAK`` times longer (bursts);
+* *periodic revisits*: every account has a *habit item* (a draw from its profile's preference)
+  that it uses again every ``PERIOD_GAPS`` tempos (±``PERIOD_JITTER``), a second event stream merged
+  into the first (a monthly bill, a weekly report);
+* *time of day*: activity time is mapped to wall-clock time through a daily intensity
+  ``1 + DIURNAL_AMPLITUDE * cos(2π (hour - peak) / 24)`` whose peak hour depends on the profile, so
+  events crowd into each profile's active hours (UTC) and thin out twelve hours later.
 
-How a test checks this with simple statistics (``tests/test_synthetic.py`` does):
+**Items.** The first event of an account and a share of the others are *fresh* draws from the
+profile's Zipf preference over its own permutation of the items, mixed with a shared popularity Zipf;
+at night (``NIGHT_HOURS``) fresh draws use the profile's second, night-time preference. Within a
+session the next item is the profile's fixed successor of the previous one with probability
+``P_FOLLOW`` (item chains) and a *repeat* of a recent event with probability ``P_REPEAT`` (the event
+``lag`` back, ``lag`` geometric with mean ``1 / P_LAG``); a session opens with a repeat with
+probability ``P_REPEAT_START``, else a fresh draw. Habit events carry the habit item.
+
+The last type is a *time twin* of type 0: it shares type 0's profile (items, chains, repeats, event
+types, channels, amounts, history lengths, active hours) and differs only in its tempo, 30 s versus 2
+days; every rule above is in tempo units, so order alone cannot tell the twins apart; time can.
+
+**Event types, channels, amounts.** Per-profile ``event_type`` / ``channel`` mixes; purchases carry
+an item-specific log-normal price, every other event has ``amount`` 0.
+
+How the signal is measured with plain statistics (``tests/test_synthetic.py`` does):
 
 1. per-account item-count vectors → nearest-centroid classifier predicts the profile far above chance;
 2. the pooled item histograms of types 0 and ``n_types - 1`` agree up to sampling noise, while their
    median within-account gaps differ by orders of magnitude;
 3. a bigram (previous item → most frequent next item) predictor beats the most-popular-item baseline on
-   each account's held-out last event.
+   each account's held-out last event;
+4. most events repeat an item of the account's own recent history, and "repeat the most recent
+   distinct item" beats popularity on held-out last events;
+5. an account's most regular item (lowest spread of the gaps between its uses) recurs with a gap
+   spread far below that of its other repeated items (the periodic revisits);
+6. the hour of day is far from uniform, peaks at each profile's own hour, and night-time item
+   histograms differ from day-time ones within a profile.
 """
 
 from __future__ import annotations
@@ -35,11 +56,21 @@ from seqenc.errors import SeqencError
 
 EVENT_TYPES = ("view", "click", "cart", "purchase", "login")
 CHANNELS = ("web", "app", "api")
-P_FOLLOW = 0.6  # chance that the next item is the profile's successor of the previous one
+P_FOLLOW = 0.6  # within a session: the next item is the profile's successor of the previous one
+P_REPEAT = 0.2  # within a session: the next item repeats a recent event of the account
+P_REPEAT_START = 0.3  # a session opens with a repeat (else a fresh draw)
+P_LAG = 0.4  # a repeat copies the event ``lag`` back, lag - 1 ~ Geometric(P_LAG) (mean 2.5)
 SHARED_WEIGHT = 0.3  # share of fresh draws taken from the global popularity Zipf
 ZIPF_EXPONENT = 1.1
-GAP_MEDIAN_S = (30.0, 2 * 86400.0)  # median gap of type 0 and of the last type, in seconds
+GAP_MEDIAN_S = (30.0, 2 * 86400.0)  # median within-session gap of type 0 and of the last type
 GAP_SIGMA = 1.0  # log-normal spread of the gaps
+SESSION_MEAN = 8.0  # mean events per session (geometric)
+SESSION_BREAK = 10.0  # gaps between sessions are this many times longer than within
+PERIOD_GAPS = 80.0  # a habit item recurs every PERIOD_GAPS tempos of activity time ...
+PERIOD_JITTER = 0.05  # ... with this relative spread
+DIURNAL_AMPLITUDE = 0.8  # daily intensity 1 ± 0.8: active hours hold 9x the trough's rate
+PEAK_HOURS = (14.0, 20.0, 9.0)  # UTC peak hour of profile p: PEAK_HOURS[p % 3]
+NIGHT_HOURS = (22, 6)  # fresh draws in [22:00, 06:00) use the profile's night-time preference
 LENGTH_MEDIAN, LENGTH_SIGMA = 30.0, 1.2  # log-normal history length before clipping
 START_SPREAD_S = 60 * 86400  # accounts start uniformly within 60 days of ``start``
 
@@ -68,9 +99,9 @@ def generate_events(
     """A synthetic event log, one row per event, sorted by timestamp like a log file.
 
     Columns: ``entity_id`` (str, ``acct_000123``), ``item_id`` (int64, ``0..n_items-1``),
-    ``timestamp`` (datetime64[ns, UTC], strictly increasing within an account), ``event_type`` and
-    ``channel`` (categorical), ``amount`` (float64) and ``account_type`` (int64 ground truth, not a
-    feature). The same arguments always give an identical frame.
+    ``timestamp`` (datetime64[ns, UTC], at least one second apart within an account),
+    ``event_type`` and ``channel`` (categorical), ``amount`` (float64) and ``account_type`` (int64
+    ground truth, not a feature). The same arguments always give an identical frame.
     """
     _check_args(n_entities, n_items, n_types, min_events, max_events)
     try:
@@ -79,63 +110,55 @@ def generate_events(
         raise SeqencError(f"start={start!r} is not a parseable date") from err
     rng = np.random.default_rng(seed)
 
-    # Accounts: balanced types, log-normal history lengths.
+    # Accounts: balanced types, log-normal numbers of ordinary (non-habit) events.
     account_type = rng.permutation(np.arange(n_entities) % n_types)
-    lengths = np.exp(rng.normal(np.log(LENGTH_MEDIAN), LENGTH_SIGMA, n_entities))
-    lengths = np.clip(np.round(lengths), min_events, max_events).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    entity = np.repeat(np.arange(n_entities), lengths)
-    etype = account_type[entity]
     type_profile = behaviour_profile(n_types)
     n_profiles = int(type_profile.max()) + 1
-    profile = type_profile[etype]
-    n = len(entity)
-    is_first = np.zeros(n, dtype=bool)
-    is_first[offsets[:-1]] = True
+    account_profile = type_profile[account_type]
+    tempo = np.geomspace(*GAP_MEDIAN_S, n_types)[account_type]
+    lengths = np.exp(rng.normal(np.log(LENGTH_MEDIAN), LENGTH_SIGMA, n_entities))
+    lengths = np.clip(np.round(lengths), min_events, max_events).astype(np.int64)
 
-    # Per-profile parameters.
+    # Per-profile parameters: day and night preferences, chains, event mixes; per-item prices.
     global_zipf = _zipf(n_items)
     preference = np.stack(
         [
-            (1 - SHARED_WEIGHT) * _zipf(n_items)[rng.permutation(n_items)]
-            + SHARED_WEIGHT * global_zipf
+            [
+                (1 - SHARED_WEIGHT) * _zipf(n_items)[rng.permutation(n_items)]
+                + SHARED_WEIGHT * global_zipf
+                for _ in range(2)
+            ]
             for _ in range(n_profiles)
         ]
-    )
+    )  # [profile, day/night, item]
     successor = np.stack([rng.permutation(n_items) for _ in range(n_profiles)])
     event_mix = rng.dirichlet([8.0, 4.0, 2.0, 1.0, 1.0], size=n_profiles)
     channel_mix = rng.dirichlet([2.0, 2.0, 1.0], size=n_profiles)
     log_price = rng.normal(3.0, 1.0, n_items)
+    habit = rng.integers(0, n_items, n_entities)  # an account-specific item, not a popular one
 
-    # Items: runs of successors starting at fresh draws from the profile's preference.
-    fresh = np.empty(n, dtype=np.int64)
-    for p in range(n_profiles):
-        rows = np.flatnonzero(profile == p)
-        fresh[rows] = rng.choice(n_items, size=len(rows), p=preference[p])
-    restart = is_first | (rng.random(n) >= P_FOLLOW)
-    run_start = np.flatnonzero(restart)[np.cumsum(restart) - 1]
-    depth = np.arange(n) - run_start
-    item = fresh[run_start]
-    for k in range(1, int(depth.max()) + 1):
-        deeper = np.flatnonzero(depth >= k)
-        item[deeper] = successor[profile[deeper], item[deeper]]
+    entity, activity, periodic, session_start = _activity_clock(rng, lengths, max_events)
+    profile = account_profile[entity]
+    wall_s = _wall_clock(rng, entity, activity * tempo[entity], profile, t0)
+    time_ms = _at_least_one_second_apart(entity, np.round(wall_s * 1000).astype(np.int64))
+    hour = ((t0.value // 1_000_000 + time_ms) // 3_600_000) % 24
+    night = (hour >= NIGHT_HOURS[0]) | (hour < NIGHT_HOURS[1])
+    parent, chain_step, fresh = _item_rules(rng, entity, periodic, session_start)
+    root = habit[entity]
+    for p, is_night in np.ndindex(n_profiles, 2):
+        rows = np.flatnonzero(fresh & (profile == p) & (night == is_night))
+        root[rows] = rng.choice(n_items, size=len(rows), p=preference[p, is_night])
+    item = _follow(parent, chain_step, root, profile, successor)
 
     # Categorical columns and amounts.
+    n = len(entity)
     event_code = _sample_rows(rng, event_mix[profile])
     channel_code = _sample_rows(rng, channel_mix[profile])
     purchase = event_code == EVENT_TYPES.index("purchase")
     price = np.exp(log_price[item] + rng.normal(0.0, 0.2, n))
     amount = np.where(purchase, np.round(price, 2), 0.0)
 
-    # Times: integer milliseconds, gaps of at least one second, so no ties within an account.
-    log_median = np.log(np.geomspace(*GAP_MEDIAN_S, n_types))
-    gap_ms = np.maximum(1000, np.round(1000 * np.exp(rng.normal(log_median[etype], GAP_SIGMA))))
-    gap_ms = np.where(is_first, 0, gap_ms).astype(np.int64)
-    account_start_ms = rng.integers(0, START_SPREAD_S * 1000, n_entities)
-    cum = np.cumsum(gap_ms)
-    time_ms = account_start_ms[entity] + cum - cum[offsets[:-1]][entity]
     ts_ns = t0.value + time_ms * 1_000_000
-
     order = np.lexsort((np.arange(n), entity, ts_ns))
     labels = np.char.add("acct_", np.char.zfill(np.arange(n_entities).astype(str), 6))
     return pd.DataFrame(
@@ -149,6 +172,136 @@ def generate_events(
             "account_type": account_type[entity[order]].astype(np.int64),
         }
     )
+
+
+def _activity_clock(
+    rng: np.random.Generator, lengths: np.ndarray, max_events: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ordinary events in sessions plus each account's periodic habit events, merged.
+
+    Returns ``(entity, activity, periodic, session_start)`` per event, grouped by entity and in
+    activity-time order (activity in tempo units since the account's first event); accounts longer
+    than ``max_events`` lose their newest events.
+    """
+    n_entities = len(lengths)
+    entity = np.repeat(np.arange(n_entities), lengths)
+    first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    session_start = rng.random(len(entity)) < 1 / SESSION_MEAN
+    session_start[first] = True
+    gap = np.exp(rng.normal(0.0, GAP_SIGMA, len(entity)))
+    gap = np.where(session_start, SESSION_BREAK * gap, gap)
+    gap[first] = 0.0
+    cum = np.cumsum(gap)
+    activity = cum - cum[first][entity]
+
+    span = activity[np.cumsum(lengths) - 1]
+    phase = rng.random(n_entities) * PERIOD_GAPS
+    n_habit = np.where(span >= phase, np.floor((span - phase) / PERIOD_GAPS) + 1, 0).astype(int)
+    habit_entity = np.repeat(np.arange(n_entities), n_habit)
+    k = np.arange(len(habit_entity)) - np.repeat(np.cumsum(n_habit) - n_habit, n_habit)
+    jitter = rng.normal(0.0, PERIOD_JITTER * PERIOD_GAPS, len(k))
+    habit_time = np.maximum(phase[habit_entity] + k * PERIOD_GAPS + jitter, 0.0)
+
+    entity = np.concatenate([entity, habit_entity])
+    activity = np.concatenate([activity, habit_time])
+    periodic = np.concatenate([np.zeros(len(gap), bool), np.ones(len(k), bool)])
+    session_start = np.concatenate([session_start, np.zeros(len(k), bool)])
+    order = np.lexsort((np.arange(len(entity)), activity, entity))
+    entity, activity = entity[order], activity[order]
+    periodic, session_start = periodic[order], session_start[order]
+    keep = _rank_in_entity(entity) < max_events
+    return entity[keep], activity[keep], periodic[keep], session_start[keep]
+
+
+def _wall_clock(
+    rng: np.random.Generator,
+    entity: np.ndarray,
+    activity_s: np.ndarray,
+    profile: np.ndarray,
+    t0: pd.Timestamp,
+) -> np.ndarray:
+    """Seconds since ``t0`` of each event: activity seconds run faster in the profile's active
+    hours (intensity ``1 + DIURNAL_AMPLITUDE * cos(2π (hour - peak) / 24)``, mean 1 a day)."""
+    # Accounts start uniformly in activity time, so first events follow the daily rhythm too.
+    account_start = rng.random(int(entity.max(initial=0)) + 1) * START_SPREAD_S
+    n_hours = int(np.ceil((START_SPREAD_S + activity_s.max(initial=0.0)) / 3600)) + 48
+    grid = np.arange(n_hours + 1) * 3600.0
+    hour_of_day = (t0.hour + t0.minute / 60 + np.arange(n_hours) + 0.5) % 24
+    wall = np.empty(len(entity))
+    for p in np.unique(profile):
+        peak = PEAK_HOURS[p % len(PEAK_HOURS)]
+        rate = 1 + DIURNAL_AMPLITUDE * np.cos(2 * np.pi * (hour_of_day - peak) / 24)
+        clock = np.concatenate([[0.0], np.cumsum(rate * 3600.0)])  # activity seconds at grid
+        rows = profile == p
+        begin = account_start[entity[rows]]
+        wall[rows] = np.interp(begin + activity_s[rows], clock, grid)
+    return wall
+
+
+def _at_least_one_second_apart(entity: np.ndarray, time_ms: np.ndarray) -> np.ndarray:
+    """Push events forward so that consecutive events of an entity are >= 1000 ms apart."""
+    step = 1000 * _rank_in_entity(entity)
+    slack = time_ms - step
+    span = int(slack.max() - slack.min()) + 1
+    lifted = slack - slack.min() + entity.astype(np.int64) * span  # entities never interleave
+    return np.maximum.accumulate(lifted) - entity * span + slack.min() + step
+
+
+def _item_rules(
+    rng: np.random.Generator, entity: np.ndarray, periodic: np.ndarray, session_start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each event's item comes from: ``(parent, chain_step, fresh)``.
+
+    A chain event takes the successor of its parent's item (the previous event, ``chain_step`` 1),
+    a repeat copies its parent's item (an event ``lag`` back, ``chain_step`` 0); fresh and habit
+    events are their own parent (roots, drawn by the caller).
+    """
+    n = len(entity)
+    index = np.arange(n)
+    rank = _rank_in_entity(entity)
+    u = rng.random(n)
+    lag = np.minimum(rng.geometric(P_LAG, n), rank)
+    ordinary = ~periodic & (rank > 0)
+    chain = ordinary & ~session_start & (u < P_FOLLOW)
+    repeat_below = np.where(session_start, P_REPEAT_START, P_FOLLOW + P_REPEAT)
+    # Habit events are scheduled, not browsed: nothing repeats them, so their rhythm stays clean.
+    repeat = ordinary & ~chain & (u < repeat_below) & ~periodic[index - lag]
+    parent = np.where(chain, index - 1, np.where(repeat, index - lag, index))
+    return parent, chain.astype(np.int64), ~periodic & ~chain & ~repeat
+
+
+def _follow(
+    parent: np.ndarray,
+    chain_step: np.ndarray,
+    root: np.ndarray,
+    profile: np.ndarray,
+    successor: np.ndarray,
+) -> np.ndarray:
+    """Resolve the item of every event: ``successor^s(root[r])``, ``r`` the root reached through
+    ``parent`` and ``s`` the chain steps on the way; pointer jumping, O(log depth) passes."""
+    parent, steps = parent.copy(), chain_step.copy()
+    while True:
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            break
+        steps = steps + steps[parent]
+        parent = grand
+    item = root[parent]
+    power = successor.copy()  # successor^(2^bit), per profile
+    bit = 0
+    while (steps >> bit).any():
+        move = ((steps >> bit) & 1).astype(bool)
+        item[move] = power[profile[move], item[move]]
+        power = np.take_along_axis(power, power, axis=1)
+        bit += 1
+    return item
+
+
+def _rank_in_entity(entity: np.ndarray) -> np.ndarray:
+    """Position of each event within its entity's run (``entity`` grouped, non-decreasing)."""
+    starts = np.flatnonzero(np.r_[True, entity[1:] != entity[:-1]])
+    lengths = np.diff(np.r_[starts, len(entity)])
+    return np.arange(len(entity)) - np.repeat(starts, lengths)
 
 
 def _zipf(n: int) -> np.ndarray:

@@ -1,0 +1,346 @@
+"""Time options of the model on every timestamped data set, beside the trivial baselines.
+
+Every (data set, variant, seed) is one ``seqenc fit`` run of ``--config`` with the data set's data
+overrides and the variant's model overrides, trained to the end of its schedule (early stopping
+off); the test metrics of its best checkpoint are compared across variants with the per-seed
+(paired) difference to a reference variant, next to popularity and "repeat the most recent distinct
+items" on the same leave-one-out split (:mod:`seqenc.baselines`).
+
+    python benchmarks/time_ablation.py                                  # the full grid, 5 seeds
+    python benchmarks/time_ablation.py --datasets bpic2013 --variants default no_time \\
+        --seeds 0 1 --max-epochs 5 --jobs 2
+    python benchmarks/time_ablation.py --datasets berka -- --model.filter_seen false  # + overrides
+
+Each run writes ``<runs-dir>/<data set>/<variant>/seed<N>/result.json`` and is skipped when that
+file exists (so an interrupted grid resumes); the table goes to ``--output``. Data sets that need
+preparing (berka, bpic2013) are prepared once into ``<runs-dir>/data`` by their
+``datasets/prep_*.py`` script from ``../shared/data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from seqenc.baselines import baseline_metrics
+from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.schema import EventSchema
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+METRICS = ("ndcg@10", "hr@10", "mrr")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """``data``: the ``SequenceDataModule`` arguments that differ from the config (``path`` relative
+    to the repo root, ``{prepared}`` = the prepared-data folder); ``prep``: the script that makes
+    ``path`` from the raw folder under ``../shared/data``, as ``(script, raw folder name)``."""
+
+    data: dict
+    prep: tuple[str, str] | None = None
+
+
+DATASETS = {
+    "ml-100k": Dataset(
+        {"path": "../shared/data/ml-100k/u.data", "format": "movielens"},
+    ),
+    "ml-1m-timed": Dataset(
+        {"path": "../shared/data/ml-1m/ratings_partial_users1-2999.dat", "format": "movielens"},
+    ),
+    "berka": Dataset(
+        {
+            "path": "{prepared}/berka_events.parquet",
+            "format": "events",
+            "schema": {"entity": "account_id", "item": "item"},
+        },
+        prep=("datasets/prep_berka.py", "berka"),
+    ),
+    "bpic2013": Dataset(
+        {
+            "path": "{prepared}/bpic2013_events.parquet",
+            "format": "events",
+            "schema": {"entity": "case_id", "item": "activity"},
+        },
+        prep=("datasets/prep_bpic2013.py", "bpic2013"),
+    ),
+    "synthetic": Dataset({"path": "datasets/sample/events.parquet", "format": "events"}),
+}
+
+# The model variants: each a list of `seqenc fit` overrides on top of --config. Add a row here for
+# every new option (query time, relative attention bias, repeat head, ...).
+VARIANTS: dict[str, list[str]] = {
+    "no_time": ["--model.time", "false"],
+    "default": [],
+}
+
+
+def prepare(name: str, prepared: Path) -> dict:
+    """The data set's DataModule arguments with absolute paths, preparing its file if needed."""
+    spec = DATASETS[name]
+    data = dict(spec.data)
+    path = Path(data["path"].format(prepared=prepared))
+    data["path"] = str(path if path.is_absolute() else (ROOT / path).resolve())
+    if spec.prep and not Path(data["path"]).exists():
+        script, raw = spec.prep
+        if not (ROOT / script).exists():
+            raise SystemExit(f"{name}: {script} not found (it prepares {data['path']})")
+        prepared.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            str(ROOT / script),
+            "--data",
+            str(SHARED / raw),
+            "--out",
+            str(prepared),
+        ]
+        subprocess.run(cmd, check=True, cwd=ROOT)
+    if not Path(data["path"]).exists():
+        raise SystemExit(f"{name}: data file {data['path']} not found")
+    return data
+
+
+def data_overrides(data: dict) -> list[str]:
+    """``--data.<key> <value>`` for each DataModule argument (dicts as JSON)."""
+    args = []
+    for key, value in data.items():
+        args += [f"--data.{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    return args
+
+
+def read_config(config: Path) -> dict:
+    with open(config) as f:
+        return yaml.safe_load(f) or {}
+
+
+def model_filter_seen(config: dict, overrides: list[str]) -> bool:
+    """Whether the model's evaluation filters seen items: the overrides, the config, the default."""
+    pairs = zip(overrides, overrides[1:], strict=False)
+    given = [value for flag, value in pairs if flag == "--model.filter_seen"]
+    if given:
+        return given[-1].lower() == "true"  # the last override wins, as in the CLI
+    if "filter_seen" in config.get("model", {}):
+        return bool(config["model"]["filter_seen"])
+    from seqenc.module import SeqencModule
+
+    return bool(inspect.signature(SeqencModule).parameters["filter_seen"].default)
+
+
+def baselines(config: dict, data: dict, filter_seen: bool) -> dict[str, float]:
+    """Both baselines on the test split the runs are evaluated on (same DataModule arguments)."""
+    args = {**config.get("data", {}), **data}
+    if isinstance(args.get("schema"), dict):
+        args["schema"] = EventSchema(**args["schema"])
+    datamodule = SequenceDataModule(**args)
+    train, _, test = datamodule.splits
+    return baseline_metrics(train, test, ks=(10, 20), filter_seen=filter_seen)
+
+
+def epoch_seconds(run_dir: Path) -> float:
+    """Median wall time between consecutive validation epochs (train + validate), from the
+    TensorBoard event file's timestamps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    times = [e.wall_time for e in events.Scalars("val/ndcg@10")]
+    return float(np.median(np.diff(times))) if len(times) > 1 else float("nan")
+
+
+def train(
+    config: Path,
+    data: dict,
+    variant: str,
+    seed: int,
+    max_epochs: int,
+    extra: list[str],
+    out: Path,
+    threads: int,
+) -> dict:
+    """One ``seqenc fit`` in its own folder; returns (and writes) its result record."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "seqenc.cli", "fit",
+        "--config", str(config),
+        *data_overrides(data),
+        "--seed_everything", str(seed),
+        "--data.seed", str(seed),
+        "--trainer.max_epochs", str(max_epochs),
+        "--trainer.enable_progress_bar", "false",
+        "--early_stopping.patience", str(max_epochs + 1),  # the whole schedule
+        *extra,
+        *VARIANTS[variant],
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    (out / "fit.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+        raise RuntimeError(f"{out}: seqenc fit failed ({tail}); see {out / 'fit.log'}")
+    run_dir = max((out / "runs").glob("*/*/metrics.csv"), key=os.path.getmtime).parent
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    test = metrics.dropna(subset=["test/ndcg@10"]).iloc[-1]
+    val = metrics.dropna(subset=["val/ndcg@10"])["val/ndcg@10"].to_numpy()
+    result = {
+        "variant": variant,
+        "seed": seed,
+        "overrides": VARIANTS[variant],
+        "extra": extra,
+        **{f"test/{m}": float(test[f"test/{m}"]) for m in METRICS},
+        "epochs": int(len(val)),
+        "best_val_epoch": int(val.argmax()) + 1,
+        "best_val_ndcg@10": float(val.max()),
+        "last_val_ndcg@10": float(val[-1]),
+        "epoch_s": epoch_seconds(run_dir),
+        "wall_s": wall,
+        "run_dir": str(run_dir),
+    }
+    write_json(out / "result.json", result)
+    return result
+
+
+def write_json(path: Path, obj: object) -> None:
+    """Write under a unique temporary name, then rename: a result file is whole or absent."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def mean_std(values: pd.Series) -> str:
+    spread = values.std() if len(values) > 1 else float("nan")
+    return f"{values.mean():.4f} ± {spread:.4f}"
+
+
+def table(
+    name: str, runs: pd.DataFrame, base: dict[str, dict[str, float]], reference: str, filt: bool
+) -> str:
+    """The markdown section of one data set; ``base``: baseline metrics by seen-item filter
+    (``"kept"``, and ``"filtered"`` when the model filters)."""
+    lines = [
+        f"### {name}",
+        "",
+        f"Seen items {'filtered (honest: a repeated target is a miss)' if filt else 'kept'}; "
+        f"{int(base['kept']['n_repeat_targets'])} test targets "
+        f"({base['kept']['share_repeat_targets']:.1%}) repeat "
+        "an item of their history. Δ = per-seed difference to "
+        f"`{reference}` (mean ± std over the seeds both ran).",
+        "",
+        "| variant | overrides | seeds | test NDCG@10 | test HR@10 | test MRR "
+        "| Δ NDCG@10 | better | epochs | best val epoch | s / epoch |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    ref = runs[runs.variant == reference].set_index("seed")["test/ndcg@10"]
+    for variant, group in runs.groupby("variant", sort=False):
+        ndcg = group.set_index("seed")["test/ndcg@10"]
+        paired = (ndcg - ref).dropna()
+        delta = "—" if variant == reference or paired.empty else mean_std(paired)
+        better = "—" if variant == reference else f"{int((paired > 0).sum())}/{len(paired)}"
+        overrides = " ".join(VARIANTS.get(variant, group["overrides"].iloc[0])) or "(config)"
+        lines.append(
+            f"| {variant} | `{overrides}` | {len(group)} | {mean_std(group['test/ndcg@10'])} "
+            f"| {mean_std(group['test/hr@10'])} | {mean_std(group['test/mrr'])} | {delta} "
+            f"| {better} | {group['epochs'].median():.0f} | {group['best_val_epoch'].median():.0f} "
+            f"| {group['epoch_s'].median():.2f} |"
+        )
+    for seen, values in base.items():
+        for method in ("popularity", "repeat"):
+            lines.append(
+                f"| baseline: {method}, seen {seen} | — | — | {values[f'{method}/ndcg@10']:.4f} "
+                f"| {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--reference", default="no_time", help="variant the differences are to")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--config", type=Path, default=ROOT / "configs/sasrec_ml100k_time.yaml")
+    parser.add_argument("--max-epochs", type=int, help="default: the config's trainer.max_epochs")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each one thread)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP threads per run")
+    parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs/time_ablation")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/time_ablation.md")
+    parser.add_argument("extra", nargs="*", help="`seqenc fit` overrides of every run (after --)")
+    args = parser.parse_args()
+    config_path, args.runs_dir = args.config.resolve(), args.runs_dir.resolve()
+    config = read_config(config_path)
+    max_epochs = args.max_epochs or int(config.get("trainer", {}).get("max_epochs", 20))
+    reference = args.reference if args.reference in args.variants else args.variants[0]
+
+    data = {name: prepare(name, args.runs_dir / "data") for name in args.datasets}
+    grid = [(d, v, s) for d in args.datasets for v in args.variants for s in args.seeds]
+
+    def run(job: tuple[str, str, int]) -> dict:
+        name, variant, seed = job
+        out = args.runs_dir / name / variant / f"seed{seed}"
+        if (out / "result.json").exists():
+            result = json.loads((out / "result.json").read_text())
+            if result.get("extra", []) != args.extra:
+                raise SystemExit(
+                    f"{out} was run with the overrides {result.get('extra', [])}, not "
+                    f"{args.extra}: use another --runs-dir"
+                )
+            return {"dataset": name, **result}
+        result = train(
+            config_path, data[name], variant, seed, max_epochs, args.extra, out, args.threads
+        )
+        print(
+            f"{name} {variant} seed {seed}: test NDCG@10 {result['test/ndcg@10']:.4f}, "
+            f"{result['epochs']} epochs, {result['wall_s']:.0f} s",
+            flush=True,
+        )
+        return {"dataset": name, **result}
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        runs = pd.DataFrame(list(pool.map(run, grid)))
+
+    sections = [
+        "## Time options on timestamped data sets, with the trivial baselines",
+        "",
+        f"`python benchmarks/time_ablation.py --datasets {' '.join(args.datasets)} "
+        f"--variants {' '.join(args.variants)} --seeds {' '.join(map(str, args.seeds))} "
+        f"--max-epochs {max_epochs} --jobs {args.jobs}{' -- ' + ' '.join(args.extra) if args.extra else ''}` on {time.strftime('%Y-%m-%d')}, "
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} thread(s) per run, "
+        f"{args.jobs} run(s) at once. Config `{config_path.relative_to(ROOT)}` with each data set's "
+        f"data overrides; every run trains all {max_epochs} epochs (early stopping off) and the "
+        "best validation NDCG@10 checkpoint is tested. Leave-one-out, full ranking. s / epoch: "
+        "median wall time between validation epochs (train + validate).",
+        "",
+    ]
+    for name in args.datasets:
+        variants = [v for v in args.variants if v in set(runs.variant)]
+        sub = runs[(runs.dataset == name) & runs.variant.isin(variants)]
+        filt = model_filter_seen(config, args.extra + VARIANTS[reference])
+        base = {"kept": baselines(config, data[name], False)}
+        if filt:
+            base["filtered"] = baselines(config, data[name], True)
+        sections.append(table(name, sub, base, reference, filt))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(sections)
+    tmp = args.output.with_name(f".{args.output.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, args.output)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
