@@ -88,7 +88,7 @@ def test_last_only_rows_mask_just_the_newest_event() -> None:
     items, lengths = random_batch(4000, 40, seed=7)
     has_events = lengths > 0
     masked, labels = mask_items(
-        items, lengths, 0.2, torch.Generator().manual_seed(8), N_ITEMS, True, last_only_prob=1.0
+        items, lengths, 0.2, torch.Generator().manual_seed(8), N_ITEMS, True, mask_last_prob=1.0
     )
     rows = torch.arange(len(items))[has_events]
     newest = (lengths - 1)[has_events]
@@ -97,7 +97,7 @@ def test_last_only_rows_mask_just_the_newest_event() -> None:
     assert (masked[rows, newest] == MASK).all()  # never replaced by the 80/10/10 rule
     # a mix: with cloze at 0.9 a 40-event row almost never ends with a single mask by chance
     _, labels = mask_items(
-        items, lengths, 0.9, torch.Generator().manual_seed(9), N_ITEMS, last_only_prob=0.25
+        items, lengths, 0.9, torch.Generator().manual_seed(9), N_ITEMS, mask_last_prob=0.25
     )
     long_rows = lengths >= 20
     single = (labels[long_rows] != IGNORE).sum(1) == 1

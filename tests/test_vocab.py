@@ -64,18 +64,15 @@ def test_encode_unknowns_nulls_shapes_and_cross_type():
         vocab.decode(np.array([5]))
 
 
-def test_json_round_trip(tmp_path):
+def test_json_round_trip():
     vocab = Vocabulary.fit(["x", "y", "y", "z"], min_count=1)
     assert Vocabulary.from_dict(json.loads(json.dumps(vocab.to_dict()))) == vocab
-    vocab.save(tmp_path / "v.json")
-    assert Vocabulary.load(tmp_path / "v.json") == vocab
     assert vocab.to_dict() == {"dtype": "string", "values": ["y", "x", "z"], "min_count": 1}
 
 
 @pytest.mark.parametrize(
     "content, message",
     [
-        ("not json", "cannot read"),
         ('{"dtype": "float", "values": [], "min_count": 1}', "'float'"),
         ('{"dtype": "int64", "values": [1, "a"], "min_count": 1}', "'a'"),
         ('{"dtype": "int64", "values": [1, true], "min_count": 1}', "True"),
@@ -84,20 +81,14 @@ def test_json_round_trip(tmp_path):
         ('{"values": []}', "keys"),
     ],
 )
-def test_load_rejects_bad_files(tmp_path, content, message):
-    path = tmp_path / "vocab.json"
-    path.write_text(content)
+def test_from_dict_rejects_bad_contents(content, message):
+    # files are read by the bundle, whose errors name the file (tests/test_bundle.py)
     with pytest.raises(SeqencError) as info:
-        Vocabulary.load(path)
-    assert "vocab.json" in str(info.value) and message in str(info.value)
+        Vocabulary.from_dict(json.loads(content))
+    assert message in str(info.value)
 
 
-def test_load_missing_file(tmp_path):
-    with pytest.raises(SeqencError, match="not found.*missing.json"):
-        Vocabularies.load(tmp_path / "missing.json")
-
-
-def test_vocabularies_fit_save_load(tmp_path):
+def test_vocabularies_fit_and_round_trip():
     schema = EventSchema(categorical=("kind",))
     df = pd.DataFrame(
         {
@@ -110,11 +101,9 @@ def test_vocabularies_fit_save_load(tmp_path):
     vocabs = Vocabularies.fit(read_events(df, schema), schema, min_count=2)
     assert vocabs.item.values.to_pylist() == ["a"]  # min_count applies to items only
     assert vocabs.categorical["kind"].values.to_pylist() == ["view", "buy"]
-    vocabs.save(tmp_path / "vocabs.json")
-    assert Vocabularies.load(tmp_path / "vocabs.json") == vocabs
-    (tmp_path / "bad.json").write_text('{"item": {"dtype": "int64"}, "categorical": {}}')
-    with pytest.raises(SeqencError, match="bad.json.*keys"):
-        Vocabularies.load(tmp_path / "bad.json")
+    assert Vocabularies.from_dict(json.loads(json.dumps(vocabs.to_dict()))) == vocabs
+    with pytest.raises(SeqencError, match="keys"):
+        Vocabularies.from_dict({"item": {"dtype": "int64"}, "categorical": {}})
 
 
 def test_fit_rejects_bad_min_count_and_types():

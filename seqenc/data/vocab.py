@@ -6,9 +6,7 @@ vocabulary fitted twice on the same data is identical and small ids mean popular
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -160,29 +158,6 @@ class Vocabulary:
             raise SeqencError(f"vocabulary values contain duplicates, e.g. {dup!r}")
         return cls(arr, min_count)
 
-    def save(self, path: str | Path) -> None:
-        """Write :meth:`to_dict` as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict()))
-
-    @classmethod
-    def load(cls, path: str | Path) -> Vocabulary:
-        """Read a file written by :meth:`save`; bad contents raise SeqencError naming the file."""
-        return _load_json(path, cls.from_dict)
-
-
-def _load_json(path: str | Path, parse: Any) -> Any:
-    """``parse(json of path)``, every failure reported as a SeqencError naming the file."""
-    try:
-        d = json.loads(Path(path).read_text())
-    except FileNotFoundError as e:
-        raise SeqencError(f"vocabulary file not found: {str(path)!r}") from e
-    except (OSError, ValueError) as e:
-        raise SeqencError(f"cannot read vocabulary file {str(path)!r}: {e}") from e
-    try:
-        return parse(d)
-    except SeqencError as e:
-        raise SeqencError(f"invalid vocabulary file {str(path)!r}: {e}") from e
-
 
 @dataclass
 class Vocabularies:
@@ -219,12 +194,3 @@ class Vocabularies:
             item=Vocabulary.from_dict(d["item"]),
             categorical={k: Vocabulary.from_dict(v) for k, v in d["categorical"].items()},
         )
-
-    def save(self, path: str | Path) -> None:
-        """Write every vocabulary into one JSON file."""
-        Path(path).write_text(json.dumps(self.to_dict()))
-
-    @classmethod
-    def load(cls, path: str | Path) -> Vocabularies:
-        """Read a file written by :meth:`save`; bad contents raise SeqencError naming the file."""
-        return _load_json(path, cls.from_dict)

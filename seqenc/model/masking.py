@@ -62,7 +62,7 @@ def mask_items(
     generator: torch.Generator | None,
     n_items: int,
     replace_rule: bool = False,
-    last_only_prob: float = 0.0,
+    mask_last_prob: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Cloze masking: ``(masked items, labels)``, labels IGNORE where a position was not masked.
 
@@ -71,7 +71,7 @@ def mask_items(
     input is [MASK], or with ``replace_rule`` the BERT 80/10/10 rule: [MASK] / a uniformly random
     real item (id >= 3) / unchanged. Labels hold the original item ids.
 
-    With probability ``last_only_prob`` a row instead gets a single [MASK] on its newest event:
+    With probability ``mask_last_prob`` a row instead gets a single [MASK] on its newest event:
     the very task of evaluation and inference (a [MASK] after the history, nothing to its right),
     which BERT4Rec's authors also mix into training.
     """
@@ -80,7 +80,7 @@ def mask_items(
     positions = torch.arange(width, device=device)[None, :]
     real = positions < lengths[:, None]
     masked = (uniform((batch, width), generator, device) < prob) & real
-    last_only = (uniform((batch,), generator, device) < last_only_prob)[:, None]
+    last_only = (uniform((batch,), generator, device) < mask_last_prob)[:, None]
     newest = last_only & (positions == (lengths - 1)[:, None])
     masked = torch.where(last_only, newest, masked)
     # At-least-one rule: rows with events but no mask get one at a uniformly chosen real position.
