@@ -216,8 +216,11 @@ class Encoder:
 
         Args:
             events: a DataFrame, Arrow table, or Parquet/CSV path(s) / glob, with the bundle's columns.
-            as_of: only events at or before this time are used; it is also the reference time for
-                recency features (default: each entity's last event).
+            as_of: only events at or before this time are used, and it is the query time: a
+                time-aware model embeds each entity as of that moment (the gap from its newest
+                event to ``as_of`` is a model input, as the next event's time is in training).
+                Default: each entity's newest event (a gap of 0, "right after the last event"), so
+                an embedding never depends on the other entities in the call.
             batch_size: histories per forward pass (does not change the result).
             output: ``"pandas"`` (columns ``entity_id``, ``embedding`` (float32 arrays),
                 ``n_events``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
@@ -267,7 +270,8 @@ class Encoder:
         batch_size: int = 256,
         on_empty: Literal["raise", "skip"] = "raise",
     ) -> pd.DataFrame:
-        """Top-``k`` items per entity by the model's tied output scores.
+        """Top-``k`` items per entity by the model's scores (the tied output layer's logits, or with
+        the repeat head the log-probabilities of its mixture), for the next event at ``as_of``.
 
         Returns a long DataFrame: ``entity_id``, ``rank`` (1 = best), ``item_id`` (original item
         values) and ``score``, sorted by entity then rank. With ``filter_seen`` an item anywhere in
@@ -282,7 +286,9 @@ class Encoder:
         rows, items, scores = [], [], []
         for batch in iter_batches(store, self.meta.max_len, batch_size, with_seen=filter_seen):
             batch = batch.to(self.device)
-            logits = self.model.item_logits(embed_batch(self.model, batch))
+            device = batch.items.device
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                logits = self.model.item_scores(batch)  # with the repeat head: the mixture
             if filter_seen:
                 logits[batch.seen[0], batch.seen[1]] = -torch.inf
             top = logits.topk(k, dim=1)

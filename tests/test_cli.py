@@ -175,3 +175,18 @@ def test_validate_without_logger_writes_no_config_yaml(tmp_path, monkeypatch):
     main(["validate", "--data.path", "events.parquet", "--trainer.logger", "false",
           "--trainer.enable_progress_bar", "false"])  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["events.parquet"]
+
+
+def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys):
+    events = generate_events(60, n_items=20, seed=2, max_events=30)
+    events.to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--data.path", "events.parquet", "--data.max_len", "16", "--model.d_model", "16",
+          "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert {"model", "baseline/popularity", "baseline/repeat"} <= set(rows)
+    assert len(rows["baseline/repeat"]) == len(rows["model"]) == 5  # hr/ndcg @10, @20, mrr
+    assert "repeat an item of their history" in out
+    metrics = pd.read_csv(next(tmp_path.rglob("metrics.csv")))
+    assert "baseline/repeat/ndcg@10" in metrics.columns
