@@ -235,7 +235,7 @@ def table(
     lines = [
         f"### {name}",
         "",
-        f"Seen items {'filtered' if filt else 'kept'} at evaluation; "
+        f"Seen items {'filtered (honest: a repeated target is a miss)' if filt else 'kept'}; "
         f"{int(base['kept']['n_repeat_targets'])} test targets "
         f"({base['kept']['share_repeat_targets']:.1%}) repeat "
         "an item of their history. Δ = per-seed difference to "
