@@ -20,7 +20,6 @@ preparing (berka, bpic2013) are prepared once into ``<runs-dir>/data`` by their
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import platform
@@ -43,6 +42,7 @@ from seqenc.data.schema import EventSchema
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 METRICS = ("ndcg@10", "hr@10", "mrr")
+SEEN = ("kept", "filtered")
 
 
 @dataclass(frozen=True)
@@ -127,17 +127,15 @@ def read_config(config: Path) -> dict:
         return yaml.safe_load(f) or {}
 
 
-def model_filter_seen(config: dict, overrides: list[str]) -> bool:
-    """Whether the model's evaluation filters seen items: the overrides, the config, the default."""
+def filter_setting(config: dict, overrides: list[str]) -> str:
+    """The model's seen-item filter as configured: the last override, else the config, else the
+    module's default (``"default"``: whatever the module decides, possibly from the data)."""
     pairs = zip(overrides, overrides[1:], strict=False)
     given = [value for flag, value in pairs if flag == "--model.filter_seen"]
     if given:
-        return given[-1].lower() == "true"  # the last override wins, as in the CLI
-    if "filter_seen" in config.get("model", {}):
-        return bool(config["model"]["filter_seen"])
-    from seqenc.module import SeqencModule
-
-    return bool(inspect.signature(SeqencModule).parameters["filter_seen"].default)
+        return given[-1].lower()  # the last override wins, as in the CLI
+    value = config.get("model", {}).get("filter_seen")
+    return "default" if value is None else str(value).lower()
 
 
 def baselines(config: dict, data: dict, filter_seen: bool) -> dict[str, float]:
@@ -228,14 +226,15 @@ def mean_std(values: pd.Series) -> str:
 
 
 def table(
-    name: str, runs: pd.DataFrame, base: dict[str, dict[str, float]], reference: str, filt: bool
+    name: str, runs: pd.DataFrame, base: dict[str, dict[str, float]], reference: str, filt: str
 ) -> str:
-    """The markdown section of one data set; ``base``: baseline metrics by seen-item filter
-    (``"kept"``, and ``"filtered"`` when the model filters)."""
+    """The markdown section of one data set; ``base``: baseline metrics with seen items
+    ``"kept"`` and ``"filtered"``; ``filt``: the model's seen-item filter setting."""
     lines = [
         f"### {name}",
         "",
-        f"Seen items {'filtered (honest: a repeated target is a miss)' if filt else 'kept'}; "
+        f"The model's seen-item filter: `{filt}`; the baselines are shown both ways (filtered: "
+        "every history item leaves the ranking, a repeated target is a miss). "
         f"{int(base['kept']['n_repeat_targets'])} test targets "
         f"({base['kept']['share_repeat_targets']:.1%}) repeat "
         "an item of their history. Δ = per-seed difference to "
@@ -329,10 +328,8 @@ def main() -> None:
     for name in args.datasets:
         variants = [v for v in args.variants if v in set(runs.variant)]
         sub = runs[(runs.dataset == name) & runs.variant.isin(variants)]
-        filt = model_filter_seen(config, args.extra + VARIANTS[reference])
-        base = {"kept": baselines(config, data[name], False)}
-        if filt:
-            base["filtered"] = baselines(config, data[name], True)
+        filt = filter_setting(config, args.extra + VARIANTS[reference])
+        base = {seen: baselines(config, data[name], seen == "filtered") for seen in SEEN}
         sections.append(table(name, sub, base, reference, filt))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(sections)
