@@ -81,11 +81,15 @@ DATASETS = {
     "synthetic": Dataset({"path": "datasets/sample/events.parquet", "format": "events"}),
 }
 
-# The model variants: each a list of `seqenc fit` overrides on top of --config. Add a row here for
-# every new option (query time, relative attention bias, repeat head, ...).
+# The model variants: each a list of `seqenc fit` overrides on top of --config (configs/clicks.yaml:
+# time, query time and repeat head on, time bias off). Add a row here for every new option.
 VARIANTS: dict[str, list[str]] = {
-    "no_time": ["--model.time", "false"],
-    "default": [],
+    "no_time": ["--model.time", "false", "--model.repeat_head", "false"],
+    "dt_prev": ["--model.query_time", "false", "--model.repeat_head", "false"],
+    "query": ["--model.repeat_head", "false"],
+    "query_bias": ["--model.time_bias", "true", "--model.repeat_head", "false"],
+    "repeat_no_time": ["--model.time", "false"],
+    "full": [],  # dt_prev + query time + repeat head: configs/clicks.yaml as shipped
 }
 
 
@@ -272,7 +276,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--reference", default="no_time", help="variant the differences are to")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--config", type=Path, default=ROOT / "configs/sasrec_ml100k_time.yaml")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs/clicks.yaml")
     parser.add_argument("--max-epochs", type=int, help="default: the config's trainer.max_epochs")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each one thread)")
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per run")
