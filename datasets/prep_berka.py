@@ -24,15 +24,15 @@ column and read each row's events up to its ``as_of``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from seqenc.atomic import atomic_file
 
 # Age is measured at one fixed date for every account (the end of the full Berka data), so the
 # label does not depend on the cut-off of the log.
@@ -212,12 +212,8 @@ def labels_table(data: Path, events: pd.DataFrame) -> pd.DataFrame:
 
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
     """Write under a unique temporary name, then rename: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with atomic_file(path) as tmp:
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,7 @@ ticket and minute (the CSV is grouped by case and in time order).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+from seqenc.atomic import atomic_file
 
 FILE = "bpi_13_incidents.csv"
 COLUMNS = ["CaseID", "ActivityID", "CompleteTimestamp"]
@@ -95,12 +95,8 @@ def repeat_share(events: pd.DataFrame) -> float:
 
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
     """Write under a unique temporary name, then rename: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with atomic_file(path) as tmp:
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
