@@ -217,6 +217,28 @@ def train(
     return result
 
 
+def early_stop(val: np.ndarray, patience: int, min_share: float) -> tuple[int, float]:
+    """``(epoch, loss)``: the epoch at which ``ConfiguredEarlyStopping(patience, min_share)`` would
+    end a run with validation curve ``val`` (its whole schedule), and the best validation NDCG@10
+    it would miss (the full run's best minus the best up to that epoch)."""
+    best, wait = -np.inf, 0
+    for epoch, value in enumerate(val, start=1):
+        best, wait = (value, 0) if value > best else (best, wait + 1)
+        if wait >= patience and epoch >= min_share * len(val):
+            return epoch, float(val.max() - best)
+    return len(val), 0.0
+
+
+def stopping(group: pd.DataFrame, patience: int, min_share: float) -> str:
+    """Median stop epoch and the worst missed validation NDCG@10 of a variant's runs."""
+    stops = []
+    for run_dir in group["run_dir"]:
+        metrics = pd.read_csv(Path(run_dir) / "metrics.csv")
+        val = metrics.dropna(subset=["val/ndcg@10"])["val/ndcg@10"].to_numpy()
+        stops.append(early_stop(val, patience, min_share))
+    return f"{np.median([e for e, _ in stops]):.0f} / {max(loss for _, loss in stops):.4f}"
+
+
 def write_json(path: Path, obj: object) -> None:
     """Write under a unique temporary name, then rename: a result file is whole or absent."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -230,7 +252,13 @@ def mean_std(values: pd.Series) -> str:
 
 
 def table(
-    name: str, runs: pd.DataFrame, base: dict[str, dict[str, float]], reference: str, filt: str
+    name: str,
+    runs: pd.DataFrame,
+    base: dict[str, dict[str, float]],
+    reference: str,
+    filt: str,
+    patience: int = 10,
+    min_share: float = 0.5,
 ) -> str:
     """The markdown section of one data set; ``base``: baseline metrics with seen items
     ``"kept"`` and ``"filtered"``; ``filt``: the model's seen-item filter setting."""
@@ -244,9 +272,14 @@ def table(
         "an item of their history. Δ = per-seed difference to "
         f"`{reference}` (mean ± std over the seeds both ran).",
         "",
+        f"Early stopping (patience {patience}), simulated on each run's validation curve: "
+        f"median stop epoch / worst best-validation NDCG@10 missed, with `min_share` "
+        f"{min_share} (the configs) and 0 (patience alone).",
+        "",
         "| variant | overrides | seeds | test NDCG@10 | test HR@10 | test MRR "
-        "| Δ NDCG@10 | better | epochs | best val epoch | s / epoch |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Δ NDCG@10 | better | epochs | best val epoch | s / epoch "
+        f"| stop, min_share {min_share} | stop, min_share 0 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ref = runs[runs.variant == reference].set_index("seed")["test/ndcg@10"]
     for variant, group in runs.groupby("variant", sort=False):
@@ -259,13 +292,14 @@ def table(
             f"| {variant} | `{overrides}` | {len(group)} | {mean_std(group['test/ndcg@10'])} "
             f"| {mean_std(group['test/hr@10'])} | {mean_std(group['test/mrr'])} | {delta} "
             f"| {better} | {group['epochs'].median():.0f} | {group['best_val_epoch'].median():.0f} "
-            f"| {group['epoch_s'].median():.2f} |"
+            f"| {group['epoch_s'].median():.2f} | {stopping(group, patience, min_share)} "
+            f"| {stopping(group, patience, 0.0)} |"
         )
     for seen, values in base.items():
         for method in ("popularity", "repeat"):
             lines.append(
                 f"| baseline: {method}, seen {seen} | — | — | {values[f'{method}/ndcg@10']:.4f} "
-                f"| {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | |"
+                f"| {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | | | |"
             )
     return "\n".join(lines) + "\n"
 
@@ -334,7 +368,18 @@ def main() -> None:
         sub = runs[(runs.dataset == name) & runs.variant.isin(variants)]
         filt = filter_setting(config, args.extra + VARIANTS[reference])
         base = {seen: baselines(config, data[name], seen == "filtered") for seen in SEEN}
-        sections.append(table(name, sub, base, reference, filt))
+        stop = config.get("early_stopping", {})
+        sections.append(
+            table(
+                name,
+                sub,
+                base,
+                reference,
+                filt,
+                int(stop.get("patience", 10)),
+                float(stop.get("min_share", 0.5)),
+            )
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(sections)
     tmp = args.output.with_name(f".{args.output.name}.{uuid.uuid4().hex}.tmp")
