@@ -1,0 +1,249 @@
+"""Berka (PKDD'99 Czech bank) tables -> a seqenc event log and leakage-safe per-account labels.
+
+Usage::
+
+    python datasets/prep_berka.py --data ../shared/data/berka --out DIR
+
+writes ``DIR/berka_events.parquet`` (one row per transaction) and ``DIR/berka_labels.parquet``
+(one row per account and label cut-off). The data are research-use only: never commit the outputs.
+See ``datasets/cards/berka.md`` for the columns, the tasks and their leakage rules.
+
+Events: ``account_id`` (entity), ``item`` = ``type|operation|k_symbol`` (the transaction category,
+``-`` for an empty field), ``timestamp`` (UTC midnight of the booking day), categorical ``type``,
+``operation``, ``k_symbol``, ``bank`` and numeric ``amount``, ``balance`` (CZK). Rows keep the file
+order (by date), so same-day ties keep it too.
+
+Labels: every account with a transaction gets one *static* row (``as_of`` = the last date in the
+log) with ``gender``, ``age``, ``age_group`` and ``region``; every account with a loan also gets one
+*loan* row whose ``as_of`` is the day before the loan (or the log's end if that comes first), with
+``loan_default`` and ``loan_status``; a loan with no transaction at or before its ``as_of`` has no
+row. A column is null on the rows of the other kind: select a task by dropping the nulls of its
+column and read each row's events up to its ``as_of``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Age is measured at one fixed date for every account (the end of the full Berka data), so the
+# label does not depend on the cut-off of the log.
+AGE_REFERENCE = pd.Timestamp("1999-01-01")
+EMPTY = "-"
+TRANS_COLUMNS = ["trans_id", "account_id", "date", "type", "operation", "amount", "balance"]
+TRANS_COLUMNS += ["k_symbol", "bank", "account"]
+
+
+class PrepError(Exception):
+    """Bad input: reported as one line, no traceback."""
+
+
+def read_table(path: Path, columns: list[str]) -> pd.DataFrame:
+    """One ``;``-separated Berka table with a header; a cut-off last line is dropped."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise PrepError(f"cannot read {str(path)!r}: {e.strerror}") from e
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        print(f"{path.name}: dropped a cut-off last line {data[cut:][:40]!r}", file=sys.stderr)
+        data = data[:cut]
+    try:
+        df = pd.read_csv(pa.BufferReader(data), sep=";", dtype=str, keep_default_na=False)
+    except (ValueError, pd.errors.ParserError) as e:
+        raise PrepError(f"malformed table {str(path)!r}: {e}") from e
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise PrepError(f"{str(path)!r} has no column {missing[0]!r} (columns: {list(df.columns)})")
+    return df[columns]
+
+
+def to_int(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """An integer column; names the first bad row."""
+    values = pd.to_numeric(df[column].str.strip(), errors="coerce")
+    bad = values.isna() | (values != values.round())
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise PrepError(
+            f"{path.name}: column {column!r} row {row + 2} is not an integer: {df[column].iloc[row]!r}"
+        )
+    return values.astype("int64")
+
+
+def to_float(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    values = pd.to_numeric(df[column].str.strip(), errors="coerce")
+    if values.isna().any():
+        row = int(np.flatnonzero(values.isna().to_numpy())[0])
+        raise PrepError(
+            f"{path.name}: column {column!r} row {row + 2} is not a number: {df[column].iloc[row]!r}"
+        )
+    return values.astype("float64")
+
+
+def to_date(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """Berka ``YYMMDD`` dates (all 19YY) as timezone-naive midnight timestamps."""
+    text = "19" + df[column].str.strip()
+    dates = pd.to_datetime(text, format="%Y%m%d", errors="coerce")
+    if dates.isna().any():
+        row = int(np.flatnonzero(dates.isna().to_numpy())[0])
+        raise PrepError(
+            f"{path.name}: column {column!r} row {row + 2} is not a YYMMDD date: {df[column].iloc[row]!r}"
+        )
+    return dates
+
+
+def token(values: pd.Series) -> pd.Series:
+    """A categorical field with blanks (empty or a single space) replaced by ``-``."""
+    stripped = values.str.strip()
+    return stripped.where(stripped != "", EMPTY)
+
+
+def events_table(data: Path) -> pd.DataFrame:
+    path = data / "trans.asc"
+    raw = read_table(path, TRANS_COLUMNS)
+    kinds = {c: token(raw[c]) for c in ["type", "operation", "k_symbol", "bank"]}
+    events = pd.DataFrame(
+        {
+            "account_id": to_int(raw, "account_id", path),
+            "item": kinds["type"] + "|" + kinds["operation"] + "|" + kinds["k_symbol"],
+            "timestamp": to_date(raw, "date", path).dt.tz_localize("UTC"),
+            **kinds,
+            "amount": to_float(raw, "amount", path),
+            "balance": to_float(raw, "balance", path),
+        }
+    )
+    # The file is by date; a stable sort keeps its order within a day (which means nothing).
+    return events.sort_values("timestamp", kind="stable", ignore_index=True)
+
+
+def static_labels(data: Path, accounts: pd.Index, as_of: pd.Timestamp) -> pd.DataFrame:
+    """Owner gender, age (at AGE_REFERENCE) and its quartile group, and the account's region."""
+    disp = read_table(data / "disp.asc", ["client_id", "account_id", "type"])
+    client = read_table(data / "client.asc", ["client_id", "birth_number"])
+    account = read_table(data / "account.asc", ["account_id", "district_id"])
+    district = read_table(data / "district.asc", ["A1", "A3"])
+    owners = disp[disp["type"].str.strip() == "OWNER"]
+    owners = pd.DataFrame(
+        {
+            "account_id": to_int(owners, "account_id", data / "disp.asc"),
+            "client_id": to_int(owners, "client_id", data / "disp.asc"),
+        }
+    )
+    birth = to_int(client, "birth_number", data / "client.asc")
+    year, month, day = 1900 + birth // 10000, birth // 100 % 100, birth % 100
+    female = month > 50
+    born = pd.to_datetime(
+        pd.DataFrame({"year": year, "month": month - 50 * female, "day": day}), errors="coerce"
+    )
+    clients = pd.DataFrame(
+        {
+            "client_id": to_int(client, "client_id", data / "client.asc"),
+            "gender": np.where(female, "F", "M"),
+            "age": (AGE_REFERENCE - born).dt.days / 365.25,
+        }
+    )
+    regions = pd.DataFrame(
+        {"district_id": to_int(district, "A1", data / "district.asc"), "region": district["A3"]}
+    )
+    accounts_df = pd.DataFrame(
+        {
+            "account_id": to_int(account, "account_id", data / "account.asc"),
+            "district_id": to_int(account, "district_id", data / "account.asc"),
+        }
+    )
+    owner = owners.merge(clients, on="client_id", how="left")
+    if owner["account_id"].duplicated().any():
+        dup = owner.loc[owner["account_id"].duplicated(), "account_id"].iloc[0]
+        raise PrepError(f"disp.asc: account_id {dup} has more than one OWNER")
+    out = pd.DataFrame({"account_id": accounts})
+    out = out.merge(owner[["account_id", "gender", "age"]], on="account_id", how="left")
+    out = out.merge(accounts_df, on="account_id", how="left").merge(
+        regions, on="district_id", how="left"
+    )
+    # Quartiles over the accounts that are labelled here, so the four groups have equal size.
+    out["age_group"] = pd.qcut(out["age"], 4, labels=False).astype("Int64")
+    out["as_of"] = as_of
+    return out[["account_id", "as_of", "gender", "age", "age_group", "region"]]
+
+
+def loan_labels(data: Path, events: pd.DataFrame) -> pd.DataFrame:
+    """One row per loan: default (status B or D) read from the transactions before the loan day."""
+    path = data / "loan.asc"
+    loan = read_table(path, ["account_id", "date", "amount", "status"])
+    loans = pd.DataFrame(
+        {
+            "account_id": to_int(loan, "account_id", path),
+            "loan_date": to_date(loan, "date", path).dt.tz_localize("UTC"),
+            "loan_status": loan["status"].str.strip(),
+        }
+    )
+    bad = ~loans["loan_status"].isin(list("ABCD"))
+    if bad.any():
+        raise PrepError(
+            f"loan.asc: column 'status' has {loans['loan_status'][bad].iloc[0]!r}, not A/B/C/D"
+        )
+    log_end = events["timestamp"].max()
+    loans["as_of"] = (loans["loan_date"] - pd.Timedelta(days=1)).clip(upper=log_end)
+    first = events.groupby("account_id")["timestamp"].min()
+    loans = loans[loans["account_id"].map(first) <= loans["as_of"]]
+    loans["loan_default"] = loans["loan_status"].isin(["B", "D"]).astype("int64")
+    return loans[["account_id", "as_of", "loan_default", "loan_status"]]
+
+
+def labels_table(data: Path, events: pd.DataFrame) -> pd.DataFrame:
+    accounts = pd.Index(np.sort(events["account_id"].unique()))
+    static = static_labels(data, accounts, events["timestamp"].max())
+    loans = loan_labels(data, events)
+    labels = pd.concat([static, loans], ignore_index=True)
+    labels["gender"] = labels["gender"].astype("string")
+    labels["region"] = labels["region"].astype("string")
+    labels["loan_status"] = labels["loan_status"].astype("string")
+    labels["loan_default"] = labels["loan_default"].astype("Int64")
+    return labels.sort_values(["account_id", "as_of"], ignore_index=True)
+
+
+def write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Write under a unique temporary name, then rename: never a half-written file."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/berka"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        events = events_table(args.data)
+        labels = labels_table(args.data, events)
+    except PrepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_parquet(events, args.out / "berka_events.parquet")
+    write_parquet(labels, args.out / "berka_labels.parquet")
+    n_loans = int(labels["loan_default"].notna().sum())
+    print(
+        f"{len(events)} events of {events['account_id'].nunique()} accounts, "
+        f"{events['item'].nunique()} categories, {events['timestamp'].min().date()} .. "
+        f"{events['timestamp'].max().date()} -> {args.out / 'berka_events.parquet'}\n"
+        f"{len(labels) - n_loans} static label rows, {n_loans} loan rows "
+        f"({int(labels['loan_default'].sum())} defaults) -> {args.out / 'berka_labels.parquet'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
