@@ -267,7 +267,7 @@ def feature_matrix(frame: pd.DataFrame, exclude: Sequence[str] = ()) -> np.ndarr
         values = frame[column]
         if values.dtype == object or isinstance(values.dtype, pd.ArrowDtype):
             try:
-                block = np.stack([np.asarray(v, dtype=float) for v in values.to_numpy()])
+                block = np.stack(values.to_numpy()).astype(float)
             except (TypeError, ValueError) as e:
                 raise SeqencError(f"feature column {column!r} is neither numeric nor arrays") from e
             blocks.append(block.reshape(len(frame), -1))
