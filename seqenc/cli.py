@@ -24,6 +24,9 @@ USAGE = """seqenc: event streams to embeddings with a small Transformer.
   seqenc fit|validate|test --config configs/X.yaml [--print_config]   (LightningCLI)
   seqenc bundle --ckpt CKPT --output DIR       make a model bundle from a checkpoint
   seqenc embed --model BUNDLE --events PATH --output FILE.parquet [--as-of TIME]
+  seqenc probe --labels L.parquet --label-column C [--embeddings E.parquet]
+               [--events EV --entity COL --item COL --categorical ... --numeric ...] [--as-of T]
+                                               linear probe: embeddings vs aggregate features
   seqenc --version
 """
 
@@ -128,6 +131,10 @@ def main(argv: list[str] | None = None) -> None:
         from seqenc.export import main as embed_main
 
         return embed_main(argv[1:])
+    if argv[:1] == ["probe"]:
+        from seqenc.evaluate import main as probe_main
+
+        return probe_main(argv[1:])
     run_user_command(
         lambda: SeqencCLI(
             SeqencModule,

@@ -1,0 +1,269 @@
+"""The linear probe: logistic / multinomial logistic regression or ridge, k-fold cross-validated,
+with scaling and the regularisation grid fitted inside each training fold."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from seqenc.errors import SeqencError
+
+Task = Literal["auto", "binary", "multiclass", "regression"]
+# Regularisation grids searched inside each training fold (never on its test fold).
+C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
+ALPHA_GRID = (1e-1, 1.0, 10.0, 100.0, 1000.0)
+
+
+def _sklearn():
+    try:
+        import sklearn  # noqa: F401
+    except ImportError as e:
+        raise SeqencError(
+            "seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'"
+        ) from e
+    from sklearn import linear_model, metrics, model_selection, pipeline, preprocessing
+
+    return linear_model, metrics, model_selection, pipeline, preprocessing
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear probe
+
+
+@dataclass
+class ProbeResult:
+    """Per-fold scores of one probe. ``folds[metric]`` has one value per fold; ``baseline`` holds
+    what a constant predictor scores on the same folds (majority class accuracy, AUC 0.5, R² ≤ 0)."""
+
+    task: str
+    n_rows: int
+    n_features: int
+    classes: list = field(default_factory=list)
+    folds: dict[str, np.ndarray] = field(default_factory=dict)
+    baseline: dict[str, float] = field(default_factory=dict)
+
+    def mean(self, metric: str) -> float:
+        return float(np.mean(self.folds[metric]))
+
+    def std(self, metric: str) -> float:
+        return float(np.std(self.folds[metric]))
+
+    def summary(self) -> dict[str, float]:
+        """``{metric}_mean`` and ``{metric}_std`` over folds, for every metric."""
+        out: dict[str, float] = {}
+        for metric in self.folds:
+            out |= {f"{metric}_mean": self.mean(metric), f"{metric}_std": self.std(metric)}
+        return out
+
+
+def feature_matrix(frame: pd.DataFrame, exclude: Sequence[str] = ()) -> np.ndarray:
+    """The numeric columns of ``frame`` (all but ``exclude``) as float64 ``[n, d]``; a column of
+    arrays (e.g. ``embedding``) expands into one column per component."""
+    blocks = []
+    for column in frame.columns:
+        if column in exclude:
+            continue
+        values = frame[column]
+        if values.dtype == object or isinstance(values.dtype, pd.ArrowDtype):
+            try:
+                block = np.stack(values.to_numpy()).astype(float)
+            except (TypeError, ValueError) as e:
+                raise SeqencError(f"feature column {column!r} is neither numeric nor arrays") from e
+            blocks.append(block.reshape(len(frame), -1))
+        elif pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            blocks.append(values.to_numpy(dtype=float)[:, None])
+        else:
+            raise SeqencError(f"feature column {column!r} has dtype {values.dtype}, not numeric")
+    if not blocks:
+        raise SeqencError("no feature columns")
+    x = np.concatenate(blocks, axis=1)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise SeqencError(f"features are NaN or infinite (first at row {row})")
+    return x
+
+
+def _align(
+    features: pd.DataFrame | np.ndarray,
+    labels: pd.DataFrame | pd.Series | np.ndarray,
+    label_column: str | None,
+    on: Sequence[str] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels as row-aligned ``X``, ``y``; rows with a null label are dropped."""
+    if isinstance(labels, pd.DataFrame):
+        if label_column is None or label_column not in labels.columns:
+            raise SeqencError(
+                f"label_column {label_column!r} is not a column of labels: {list(labels.columns)}"
+            )
+        labels = labels[labels[label_column].notna()]
+        if not isinstance(features, pd.DataFrame):
+            raise SeqencError("labels given as a table need features as a table with key columns")
+        keys = list(on) if on is not None else [c for c in features.columns if c in labels.columns]
+        keys = [k for k in keys if k != label_column]
+        missing = [k for k in keys if k not in labels.columns or k not in features.columns]
+        if not keys or missing:
+            raise SeqencError(
+                f"cannot join features and labels on {keys or 'no common column'}: "
+                f"features have {list(features.columns)[:8]}, labels {list(labels.columns)}"
+            )
+        joined = labels[keys + [label_column]].merge(features, on=keys, how="inner")
+        if joined.empty:
+            raise SeqencError(f"no label row matches a feature row on {keys}")
+        return feature_matrix(joined, exclude=[*keys, label_column]), joined[
+            label_column
+        ].to_numpy()
+    x = features if isinstance(features, np.ndarray) else feature_matrix(features)
+    y = np.asarray(labels)
+    if x.ndim != 2 or len(x) != len(y):
+        raise SeqencError(f"features {x.shape} and labels ({len(y)},) do not align")
+    keep = ~pd.isna(y)
+    return x[keep].astype(float), y[keep]
+
+
+def _infer_task(y: np.ndarray) -> str:
+    if pd.api.types.is_float_dtype(y) and not np.all(np.equal(np.mod(y, 1), 0)):
+        return "regression"
+    return "binary" if len(pd.unique(y)) == 2 else "multiclass"
+
+
+def probe(
+    features: pd.DataFrame | np.ndarray,
+    labels: pd.DataFrame | pd.Series | np.ndarray,
+    *,
+    label_column: str | None = None,
+    on: Sequence[str] | None = None,
+    task: Task = "auto",
+    n_splits: int = 5,
+    seed: int = 0,
+) -> ProbeResult:
+    """Cross-validated linear probe of ``labels`` from ``features``.
+
+    Args:
+        features: ``[n, d]`` array aligned with ``labels``, or a table of key columns and numeric
+            or array-valued feature columns (e.g. :func:`encode`'s ``entity_id`` + ``embedding``,
+            or :func:`aggregate_features`).
+        labels: an array aligned with ``features``, or a table joined to it on ``on`` (default:
+            the columns both tables have) with the target in ``label_column``. Rows with a null
+            label or no feature row are dropped.
+        task: ``"binary"`` / ``"multiclass"`` (logistic regression, multinomial for more than two
+            classes; ROC-AUC (one-vs-rest macro for multiclass) and accuracy) or ``"regression"``
+            (ridge; R²). ``"auto"``: regression for non-integral floats, else classes.
+        n_splits: k of the k-fold cross-validation (stratified for classes, shuffled with ``seed``).
+
+    Standardisation and the regularisation strength (a grid, chosen by an inner 3-fold search on
+    the training folds) are fitted on each training fold only.
+    """
+    linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
+    x, y = _align(features, labels, label_column, on)
+    task = _infer_task(y) if task == "auto" else task
+    if task not in ("binary", "multiclass", "regression"):
+        raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
+    classes: list = []
+    if task == "regression":
+        y = y.astype(float)
+        splitter = model_selection.KFold(n_splits, shuffle=True, random_state=seed)
+        inner = model_selection.KFold(3, shuffle=True, random_state=seed)
+        model = pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.Ridge())
+        grid = {"ridge__alpha": list(ALPHA_GRID)}
+        scoring = "r2"
+    else:
+        codes, uniques = pd.factorize(y, sort=True)
+        classes = list(uniques)
+        counts = np.bincount(codes)
+        if len(classes) < 2:
+            raise SeqencError(f"labels have a single class {classes!r}: nothing to probe")
+        if counts.min() < n_splits:
+            small = classes[int(np.argmin(counts))]
+            raise SeqencError(
+                f"class {small!r} has {counts.min()} row(s), fewer than n_splits={n_splits}"
+            )
+        y = codes
+        splitter = model_selection.StratifiedKFold(n_splits, shuffle=True, random_state=seed)
+        inner = model_selection.StratifiedKFold(3, shuffle=True, random_state=seed)
+        model = pipeline.make_pipeline(
+            preprocessing.StandardScaler(), linear_model.LogisticRegression(max_iter=2000)
+        )
+        grid = {"logisticregression__C": list(C_GRID)}
+        scoring = "neg_log_loss"
+    search = model_selection.GridSearchCV(model, grid, scoring=scoring, cv=inner)
+    folds: dict[str, list[float]] = {}
+    base: dict[str, list[float]] = {}
+    for train, test in splitter.split(x, y):
+        search.fit(x[train], y[train])
+        for name, value in _scores(metrics, task, search, x[test], y[test]).items():
+            folds.setdefault(name, []).append(value)
+        for name, value in _baseline(metrics, task, y[train], y[test]).items():
+            base.setdefault(name, []).append(value)
+    return ProbeResult(
+        task=task,
+        n_rows=len(y),
+        n_features=x.shape[1],
+        classes=classes,
+        folds={k: np.asarray(v) for k, v in folds.items()},
+        baseline={k: float(np.mean(v)) for k, v in base.items()},
+    )
+
+
+def _scores(metrics, task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    if task == "regression":
+        return {"r2": float(metrics.r2_score(y, model.predict(x)))}
+    proba = model.predict_proba(x)
+    if task == "binary":
+        auc = metrics.roc_auc_score(y, proba[:, 1])
+    else:
+        auc = metrics.roc_auc_score(y, proba, multi_class="ovr", labels=model.classes_)
+    accuracy = metrics.accuracy_score(y, model.classes_[proba.argmax(axis=1)])
+    return {"roc_auc": float(auc), "accuracy": float(accuracy)}
+
+
+def _baseline(metrics, task: str, train: np.ndarray, test: np.ndarray) -> dict[str, float]:
+    """A constant predictor fitted on the training fold."""
+    if task == "regression":
+        return {"r2": float(metrics.r2_score(test, np.full(len(test), train.mean())))}
+    majority = np.bincount(train).argmax()
+    return {"roc_auc": 0.5, "accuracy": float(np.mean(test == majority))}
+
+
+def compare(
+    labels: pd.DataFrame,
+    label_column: str,
+    feature_sets: dict[str, pd.DataFrame],
+    on: Sequence[str],
+    *,
+    task: Task = "auto",
+    n_splits: int = 5,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """:func:`probe` on each named feature table and on every pair joined (``a+b``), on the rows
+    all of them cover, so the scores compare like with like. One row per feature set."""
+    labelled = labels[labels[label_column].notna()][[*on, label_column]]
+    for frame in feature_sets.values():
+        labelled = labelled.merge(frame[list(on)], on=list(on), how="inner")
+    sets = dict(feature_sets)
+    names = list(feature_sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            sets[f"{a}+{b}"] = feature_sets[a].merge(feature_sets[b], on=list(on), how="inner")
+    rows = []
+    for name, frame in sets.items():
+        result = probe(
+            frame,
+            labelled,
+            label_column=label_column,
+            on=on,
+            task=task,
+            n_splits=n_splits,
+            seed=seed,
+        )
+        rows.append(
+            {"features": name, "task": result.task, "n_rows": result.n_rows}
+            | {"n_features": result.n_features}
+            | result.summary()
+            | {f"{k}_constant": v for k, v in result.baseline.items()}
+        )
+    return pd.DataFrame(rows)
