@@ -24,9 +24,11 @@ USAGE = """seqenc: event streams to embeddings with a small Transformer.
   seqenc fit|validate|test --config configs/X.yaml [--print_config]   (LightningCLI)
   seqenc bundle --ckpt CKPT --output DIR       make a model bundle from a checkpoint
   seqenc embed --model BUNDLE --events PATH --output FILE.parquet [--as-of TIME]
+               [--backend torch|onnxruntime]
   seqenc probe --labels L.parquet --label-column C [--embeddings E.parquet]
                [--events EV --entity COL --item COL --categorical ... --numeric ...] [--as-of T]
                                                linear probe: embeddings vs aggregate features
+  seqenc onnx --model BUNDLE [--output FILE.onnx]  the embedding as an ONNX graph
   seqenc --version
 """
 
@@ -127,6 +129,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if argv[:1] == ["bundle"]:
         return bundle_main(argv[1:])
+    if argv[:1] == ["onnx"]:
+        from seqenc.onnx import onnx_main
+
+        return onnx_main(argv[1:])
     if argv[:1] == ["embed"]:
         from seqenc.export import main as embed_main
 

@@ -10,6 +10,10 @@ shuffle) and the results scattered back, so an entity's embedding does not depen
 entities are in the call or on the batch size (up to float rounding), and the model runs in eval mode
 under ``torch.inference_mode`` (no dropout): two calls give identical results. On CUDA the encoder
 runs under bf16 autocast; embeddings are always returned as float32.
+
+``backend="onnxruntime"`` runs the forward pass of :meth:`Encoder.encode` through ONNX Runtime on
+the graph ``seqenc onnx`` writes (:mod:`seqenc.backends`), with the same batches; ``recommend``
+stays on torch.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from seqenc.backends import ONNX_FILE, Backend, OnnxRuntimeBackend, TorchBackend
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.batches import Batch, collate
 from seqenc.data.events import Events, Source, read_events
@@ -40,6 +45,7 @@ from seqenc.model.encoder import SequenceEncoder
 log = logging.getLogger(__name__)
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
 ON_EMPTY = ("raise", "skip")
+BACKENDS = ("torch", "onnxruntime")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,13 +102,6 @@ def iter_batches(
     )
     for idx in sampler:
         yield collate(view, idx, max_len, with_seen=with_seen)
-
-
-def embed_batch(encoder: SequenceEncoder, batch: Batch) -> torch.Tensor:
-    """``[B, d]`` float32 entity embeddings (bf16 autocast on CUDA)."""
-    device = batch.items.device
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        return encoder.entity_embedding(batch).float()
 
 
 def entity_columns(store: SequenceStore, rows: np.ndarray, max_len: int) -> pa.Table:
@@ -181,7 +180,12 @@ class Encoder:
     """A loaded bundle on a device; see :func:`load_encoder`."""
 
     def __init__(
-        self, model: SequenceEncoder, meta: BundleMeta, vocabs: Vocabularies, device: torch.device
+        self,
+        model: SequenceEncoder,
+        meta: BundleMeta,
+        vocabs: Vocabularies,
+        device: torch.device,
+        backend: Backend | None = None,
     ) -> None:
         self.model, self.meta, self.vocabs, self.device = (
             model.to(device).eval(),
@@ -189,6 +193,7 @@ class Encoder:
             vocabs,
             device,
         )
+        self.backend = TorchBackend(self.model, device) if backend is None else backend
 
     @property
     def dim(self) -> int:
@@ -235,7 +240,7 @@ class Encoder:
         self._report(store, n_skipped)
         out = np.zeros((len(store), self.dim), dtype=np.float32)
         for batch in iter_batches(store, max_len, batch_size):
-            out[batch.index.numpy()] = embed_batch(self.model, batch.to(self.device)).cpu().numpy()
+            out[batch.index.numpy()] = self.backend.embed(batch)
         columns = entity_columns(store, np.arange(len(store)), max_len)
         counts = {
             "n_unknown_items": store.n_unknown_items,
@@ -327,15 +332,31 @@ def _device(device: str | torch.device | None) -> torch.device:
         raise SeqencError(f"unknown device {device!r}: {e}") from e
 
 
-def load_encoder(path: str | Path, device: str | torch.device | None = None) -> Encoder:
-    """Load a bundle directory onto ``device`` (default: CUDA when available, else CPU)."""
+def load_encoder(
+    path: str | Path,
+    device: str | torch.device | None = None,
+    backend: Literal["torch", "onnxruntime"] = "torch",
+    onnx: str | Path | None = None,
+) -> Encoder:
+    """Load a bundle directory onto ``device`` (default: CUDA when available, else CPU).
+
+    ``backend="onnxruntime"`` embeds through the graph ``onnx`` (default ``<bundle>/model.onnx``,
+    written by ``seqenc onnx``) on the CPU; the torch model still serves ``recommend``.
+    """
+    if backend not in BACKENDS:
+        raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
     model, meta, vocabs = load_bundle(path)
-    return Encoder(model, meta, vocabs, _device(device))
+    runtime = None
+    if backend == "onnxruntime":
+        runtime = OnnxRuntimeBackend(Path(path) / ONNX_FILE if onnx is None else Path(onnx), meta)
+    return Encoder(model, meta, vocabs, _device(device), runtime)
 
 
 def encode(events: Source, model: str | Path | Encoder, **kwargs: Any) -> Any:
     """One-shot :meth:`Encoder.encode` with the bundle at ``model`` (or a loaded :class:`Encoder`)."""
     encoder = (
-        model if isinstance(model, Encoder) else load_encoder(model, kwargs.pop("device", None))
+        model
+        if isinstance(model, Encoder)
+        else load_encoder(model, kwargs.pop("device", None), kwargs.pop("backend", "torch"))
     )
     return encoder.encode(events, **kwargs)

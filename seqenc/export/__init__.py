@@ -45,6 +45,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
 from seqenc.atomic import directory_target, file_target
+from seqenc.backends import ONNX_FILE, OnnxRuntimeBackend
 from seqenc.bundle import load_bundle
 from seqenc.data.events import epoch_seconds, expand_paths
 from seqenc.data.sequences import log_unknown_values
@@ -53,7 +54,7 @@ from seqenc.export.partition import partition_of
 from seqenc.export.predict import EmbeddingModule, ExportDataModule
 from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
-from seqenc.inference import ON_EMPTY, file_metadata
+from seqenc.inference import BACKENDS, ON_EMPTY, file_metadata
 
 __all__ = ["export_embeddings", "main", "output_schema", "partition_of"]
 
@@ -83,6 +84,8 @@ def export_embeddings(
     devices: int | str | list[int] = 1,
     strategy: str = "auto",
     progress: bool = True,
+    backend: str = "torch",
+    onnx: str | Path | None = None,
 ) -> Path:
     """Embed every entity of the event file(s) ``events`` with the bundle ``model`` into Parquet.
 
@@ -100,6 +103,9 @@ def export_embeddings(
         accelerator, devices, strategy: as for ``lightning.Trainer``; several devices need
             ``strategy="ddp"`` and launch one process per device (from a script or the CLI).
         progress: show progress bars.
+        backend: ``"torch"`` or ``"onnxruntime"`` (on the CPU, with the graph ``onnx``, default
+            ``<model>/model.onnx``, written by ``seqenc onnx``).
+        onnx: the ONNX graph for ``backend="onnxruntime"``.
 
     Returns:
         ``output`` (as a path). Layout, columns and metadata: see :mod:`seqenc.export`.
@@ -114,8 +120,18 @@ def export_embeddings(
         raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
     if as_of is not None:
         epoch_seconds(as_of)  # a bad time fails before any work
+    if backend not in BACKENDS:
+        raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
     files = expand_paths(events)
     encoder, meta, vocabs = load_bundle(model)
+    runtime = None
+    if backend == "onnxruntime":
+        runtime = OnnxRuntimeBackend(Path(model) / ONNX_FILE if onnx is None else Path(onnx), meta)
+        if accelerator not in ("auto", "cpu"):
+            raise SeqencError(
+                f"backend='onnxruntime' runs on the CPU, not accelerator={accelerator!r}"
+            )
+        accelerator = "cpu"
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=devices,
@@ -142,7 +158,7 @@ def export_embeddings(
         with warnings.catch_warnings():  # batches carry their own indices
             warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
             trainer.predict(
-                EmbeddingModule(encoder), datamodule=datamodule, return_predictions=False
+                EmbeddingModule(encoder, runtime), datamodule=datamodule, return_predictions=False
             )
     finally:
         scratch.release()
@@ -186,6 +202,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--devices", default="1", help="number, list (0,1) or auto")
     parser.add_argument("--strategy", default="auto", help="e.g. ddp for several devices")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="torch",
+        help="onnxruntime: run the graph of `seqenc onnx` on the CPU",
+    )
+    parser.add_argument("--onnx", default=None, help=f"ONNX graph (default <model>/{ONNX_FILE})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -202,6 +225,8 @@ def main(argv: list[str]) -> None:
             devices=args.devices,
             strategy=args.strategy,
             progress=not args.no_progress,
+            backend=args.backend,
+            onnx=args.onnx,
         )
     except SeqencError as e:
         parser.exit(1, f"seqenc embed: error: {e}\n")

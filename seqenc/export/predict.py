@@ -21,6 +21,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from seqenc.backends import Backend, embed_batch
 from seqenc.bundle import BundleMeta
 from seqenc.data.batches import Batch
 from seqenc.data.vocab import Vocabularies
@@ -31,7 +32,7 @@ from seqenc.export.partition import (
     read_partition,
 )
 from seqenc.export.scratch import Scratch
-from seqenc.inference import embed_batch, entity_columns, iter_batches, sequences
+from seqenc.inference import entity_columns, iter_batches, sequences
 from seqenc.model.encoder import SequenceEncoder
 
 
@@ -154,11 +155,14 @@ class ExportDataModule(pl.LightningDataModule):
 
 
 class EmbeddingModule(pl.LightningModule):
-    """The bundle's encoder as a LightningModule whose ``predict_step`` gives ``[B, d]`` float32."""
+    """The bundle's encoder as a LightningModule whose ``predict_step`` gives ``[B, d]`` float32;
+    with a ``backend`` (ONNX Runtime) that runs the forward pass instead."""
 
-    def __init__(self, encoder: SequenceEncoder) -> None:
+    def __init__(self, encoder: SequenceEncoder, backend: Backend | None = None) -> None:
         super().__init__()
-        self.encoder = encoder
+        self.encoder, self.backend = encoder, backend
 
     def predict_step(self, batch: tuple[Batch, pa.Table], batch_idx: int) -> torch.Tensor:
+        if self.backend is not None:
+            return torch.from_numpy(self.backend.embed(batch[0]))
         return embed_batch(self.encoder, batch[0])

@@ -1,0 +1,100 @@
+"""What runs the encoder's forward pass for :meth:`~seqenc.inference.Encoder.encode` and the
+export: the bundle's torch model, or an ONNX Runtime session on the graph ``seqenc onnx`` wrote.
+
+A backend is one method, ``embed(batch) -> [B, d] float32 numpy``; batching, vocabularies and
+output columns stay in :mod:`seqenc.inference`, so both backends see the same batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from seqenc.bundle import BundleMeta
+from seqenc.data.batches import Batch
+from seqenc.errors import SeqencError
+from seqenc.model.encoder import SequenceEncoder
+
+ONNX_FILE = "model.onnx"  # default place of the graph: inside the bundle, so it ships with it
+
+
+def embed_batch(encoder: SequenceEncoder, batch: Batch) -> torch.Tensor:
+    """``[B, d]`` float32 entity embeddings (bf16 autocast on CUDA)."""
+    device = batch.items.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        return encoder.entity_embedding(batch).float()
+
+
+def checksum_file(path: Path) -> str:
+    """SHA-256 of a file, hex."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Backend(Protocol):
+    """What runs the encoder's forward pass: a batch in, ``[B, d]`` float32 embeddings out."""
+
+    def embed(self, batch: Batch) -> np.ndarray: ...
+
+
+@dataclass
+class TorchBackend:
+    """The bundle's :class:`SequenceEncoder` on ``device`` (:func:`embed_batch`)."""
+
+    model: SequenceEncoder
+    device: torch.device
+
+    def embed(self, batch: Batch) -> np.ndarray:
+        return embed_batch(self.model, batch.to(self.device)).cpu().numpy()
+
+
+class OnnxRuntimeBackend:
+    """An ONNX Runtime session on the graph ``seqenc onnx`` exported from the same bundle.
+
+    Refuses a graph whose ``<graph>.sha256`` is missing or differs, or whose metadata names another
+    configuration or other weights than ``meta``.
+    """
+
+    def __init__(self, path: Path, meta: BundleMeta) -> None:
+        try:
+            import onnxruntime
+        except ImportError as e:
+            raise SeqencError(
+                "backend='onnxruntime' needs onnxruntime: pip install 'seqenc[onnx]'"
+            ) from e
+        sums = Path(f"{path}.sha256")
+        if not path.is_file() or not sums.is_file():
+            missing = path if not path.is_file() else sums
+            raise SeqencError(
+                f"ONNX graph file missing: {str(missing)!r}; write it with `seqenc onnx`"
+            )
+        if sums.read_text().split()[:1] != [checksum_file(path)]:
+            raise SeqencError(f"{str(path)!r} is corrupt: its SHA-256 differs from {sums.name}")
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # no warnings about unused initializers
+        self.session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        props = self.session.get_modelmeta().custom_metadata_map
+        for key in ("config_hash", "weights_sha256"):
+            if props.get(f"seqenc.{key}") != getattr(meta, key):
+                raise SeqencError(
+                    f"{str(path)!r} was exported from another model ({key} differs from the "
+                    "bundle's); re-export it with `seqenc onnx`"
+                )
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def embed(self, batch: Batch) -> np.ndarray:
+        feeds = {
+            name: (batch.query_gap if name == "dt_query" else getattr(batch, name)).numpy()
+            for name in self.inputs
+        }
+        return self.session.run(None, feeds)[0]

@@ -1,0 +1,210 @@
+"""A bundle's entity-embedding computation as an ONNX graph, for ONNX Runtime (``seqenc onnx``).
+
+The graph is :meth:`SequenceEncoder.entity_embedding` traced once (the TorchScript exporter,
+``dynamo=False``: the dynamo exporter needs onnxscript and refuses the data-dependent branches of the
+readout) with dynamic batch and length axes. Its inputs are the :class:`~seqenc.model.batch.Batch`
+fields the bundle's configuration reads, and nothing else (:func:`graph_inputs`):
+
+============  ===========  ======================================================================
+input         shape/type   when
+============  ===========  ======================================================================
+items         [B, L] i64   always
+lengths       [B] i64      always
+dt_prev       [B, L] f32   ``time``
+dt_query      [B] f32      ``time`` and (``query_time`` or the masked objective, whose appended
+                           [MASK] carries the query gap)
+dt_ref        [B, L] f32   ``time`` and (``time_bias`` or the legacy ``recency`` input)
+categorical   [B, L, C]    ``C > 0`` categorical columns
+numeric       [B, L, N]    ``N > 0`` numeric columns
+============  ===========  ======================================================================
+
+Output ``embedding`` ``[B, d]`` float32. The torch readout takes two data-dependent branches that
+a trace would freeze, and indexes rows by a batch size the trace would freeze too; the graph runs an
+equivalent path instead (:class:`EmbeddingGraph`, :func:`append_mask`), with the same values on any
+batch: the masked objective's [MASK] always goes into one appended column (torch appends one only
+when a row is full; an extra padding key is masked out of every softmax, and positions do not
+depend on the width), and the key-padding mask is always applied (torch drops it when every row is
+full, where it masks nothing). Causal attention (SDPA with ``is_causal``) exports as is at opset 17,
+where the exporter writes the lower-triangular mask into the graph.
+
+Files: the graph (default ``<bundle>/model.onnx``, inside the bundle so it ships with it) and a
+``<graph>.sha256`` line in ``sha256sum`` format, checked on load. The graph's metadata names the
+bundle's ``config_hash`` and ``weights_sha256``, so a graph exported from other weights is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqenc.atomic import atomic_file
+from seqenc.backends import ONNX_FILE, checksum_file
+from seqenc.bundle import BundleMeta, load_bundle
+from seqenc.errors import SeqencError
+from seqenc.model.batch import MASK, Batch
+from seqenc.model.encoder import SequenceEncoder
+from seqenc.version import __version__
+
+OPSET = 17
+
+
+def graph_inputs(meta: BundleMeta) -> list[str]:
+    """The :class:`Batch` fields the bundle's entity embedding reads, in graph input order."""
+    enc = meta.encoder
+    wanted = {
+        "items": True,
+        "lengths": True,
+        "dt_prev": enc.time,
+        "dt_query": enc.time and (enc.query_time or not enc.causal),
+        "dt_ref": enc.time and (enc.time_bias or enc.recency),
+        "categorical": bool(enc.categorical_sizes),
+        "numeric": enc.n_numeric > 0,
+    }
+    return [name for name, on in wanted.items() if on]
+
+
+class EmbeddingGraph(nn.Module):
+    """``entity_embedding`` over positional tensors (the ones :func:`graph_inputs` names).
+
+    The readout around :meth:`SequenceEncoder.forward` (``Masked.query``, ``pool``) indexes rows by
+    ``torch.arange(len(batch))``, which the tracer records as a constant batch size, so it is
+    restated here with ``scatter`` / ``gather`` along the length axis: the same values, any batch
+    size (the parity tests compare the two on other batch sizes than the trace's).
+    """
+
+    def __init__(self, encoder: SequenceEncoder, inputs: list[str]) -> None:
+        super().__init__()
+        self.encoder, self.inputs = encoder.eval(), inputs
+
+    def forward(self, *tensors: Tensor) -> Tensor:
+        given = dict(zip(self.inputs, tensors, strict=True))
+        items, lengths = given["items"], given["lengths"]
+        zeros = torch.zeros_like(items, dtype=torch.float32)
+        fields = {
+            "items": items,
+            "dt_prev": given.get("dt_prev", zeros),
+            "dt_ref": given.get("dt_ref", zeros),
+            "categorical": given.get("categorical", items[..., None][..., :0]),
+            "numeric": given.get("numeric", zeros[..., None][..., :0]),
+        }
+        gap = given.get("dt_query", zeros[:, 0])
+        config = self.encoder.config
+        if not config.causal:
+            fields = append_mask(fields, lengths, gap)
+            lengths, gap = lengths + 1, torch.zeros_like(gap)
+        batch = Batch(lengths=lengths, index=lengths, dt_query=gap, **fields)
+        hidden = self.encoder(batch)
+        if config.pooling == "mean":
+            weights = batch.padding_mask.to(hidden.dtype)[..., None]
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        else:
+            last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, hidden.shape[-1])
+            pooled = hidden.gather(1, last)[:, 0]
+        return F.normalize(pooled, dim=-1) if config.normalize else pooled
+
+
+def append_mask(fields: dict[str, Tensor], lengths: Tensor, gap: Tensor) -> dict[str, Tensor]:
+    """``Masked.query`` for the graph: one column more, then at ``lengths`` a [MASK] whose
+    ``dt_prev`` is the query gap and whose other fields are 0. Torch widens the batch only when a
+    row is full; the extra padding column changes nothing (it is masked out of every softmax and
+    positions do not depend on the width)."""
+    values = {"items": MASK, "dt_prev": gap, "dt_ref": 0.0, "categorical": 0, "numeric": 0.0}
+    out = {}
+    for name, t in fields.items():
+        t = torch.cat([t, torch.zeros_like(t[:, :1])], dim=1)
+        if t.dim() == 3 and not t.shape[-1]:  # no such feature columns
+            out[name] = t
+            continue
+        index = lengths.view(-1, *[1] * (t.dim() - 1)).expand(-1, 1, *t.shape[2:])
+        value = values[name]
+        src = value.view(-1, *[1] * (t.dim() - 1)) if isinstance(value, Tensor) else value
+        out[name] = t.scatter(1, index, torch.zeros_like(index, dtype=t.dtype) + src)
+    return out
+
+
+def example_inputs(meta: BundleMeta, inputs: list[str]) -> tuple[Tensor, ...]:
+    """A small mixed-length batch to trace with (no row full, so no branch is taken by accident)."""
+    enc, width = meta.encoder, min(3, meta.max_len)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([width, 1, 0]).clamp(max=width)
+    batch_size = len(lengths)
+    values = {
+        "items": torch.randint(3, enc.n_items, (batch_size, width), generator=g),
+        "lengths": lengths,
+        "dt_prev": torch.rand(batch_size, width, generator=g) * 1e4,
+        "dt_query": torch.rand(batch_size, generator=g) * 1e4,
+        "dt_ref": torch.rand(batch_size, width, generator=g) * 1e4,
+        "categorical": torch.stack(
+            [torch.randint(0, s, (batch_size, width), generator=g) for s in enc.categorical_sizes]
+            or [torch.zeros(batch_size, width, dtype=torch.int64)],
+            dim=-1,
+        ),
+        "numeric": torch.randn(batch_size, width, max(enc.n_numeric, 1), generator=g),
+    }
+    return tuple(values[name] for name in inputs)
+
+
+def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
+    """Export the entity embedding of ``bundle`` to ``output`` (default ``<bundle>/model.onnx``) and
+    write ``<output>.sha256``; both atomically. Returns the graph's path."""
+    try:
+        import onnx
+    except ImportError as e:
+        raise SeqencError("seqenc onnx needs the onnx package: pip install 'seqenc[onnx]'") from e
+    encoder, meta, _ = load_bundle(bundle)
+    output = Path(bundle) / ONNX_FILE if output is None else Path(output)
+    inputs = graph_inputs(meta)
+    dynamic = {"items": {0: "batch", 1: "length"}, "lengths": {0: "batch"}}
+    dynamic |= {name: {0: "batch", 1: "length"} for name in inputs if name not in dynamic}
+    dynamic["dt_query"] = {0: "batch"}
+    dynamic["embedding"] = {0: "batch"}
+    with atomic_file(output) as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the branches discussed above
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, on purpose
+        torch.onnx.export(
+            EmbeddingGraph(encoder, inputs),
+            example_inputs(meta, inputs),
+            str(tmp),
+            input_names=inputs,
+            output_names=["embedding"],
+            dynamic_axes={k: v for k, v in dynamic.items() if k in inputs + ["embedding"]},
+            opset_version=OPSET,
+            dynamo=False,
+        )
+        proto = onnx.load(str(tmp))
+        for key, value in {
+            "seqenc.model": meta.name,
+            "seqenc.version": __version__,
+            "seqenc.config_hash": meta.config_hash,
+            "seqenc.weights_sha256": meta.weights_sha256,
+        }.items():
+            proto.metadata_props.add(key=key, value=value)
+        onnx.checker.check_model(proto)
+        onnx.save(proto, str(tmp))
+        digest = checksum_file(tmp)
+    with atomic_file(f"{output}.sha256") as tmp:
+        tmp.write_text(f"{digest}  {output.name}\n")
+    return output
+
+
+def onnx_main(argv: list[str]) -> None:
+    """``seqenc onnx --model BUNDLE [--output FILE.onnx]``."""
+    parser = argparse.ArgumentParser(
+        prog="seqenc onnx",
+        description="Export a bundle's entity embedding as an ONNX graph for ONNX Runtime.",
+    )
+    parser.add_argument("--model", required=True, help="bundle directory")
+    parser.add_argument(
+        "--output", default=None, help=f"graph to write (default: <bundle>/{ONNX_FILE})"
+    )
+    args = parser.parse_args(argv)
+    try:
+        path = export_onnx(args.model, args.output)
+    except SeqencError as e:
+        parser.exit(1, f"seqenc onnx: error: {e}\n")
+    print(f"onnx: {path}")
