@@ -1,0 +1,178 @@
+"""Encode on Spark: a DataFrame of events in, one embedding per entity out, equal to
+:meth:`Encoder.encode <seqenc.inference.Encoder.encode>` on the same events (within float rounding)
+however the DataFrame is partitioned.
+
+>>> from seqenc.spark import encode                               # doctest: +SKIP
+>>> out = encode(spark.read.parquet("events/"), "bundle", as_of="2024-06-01")  # doctest: +SKIP
+
+How: the events are hash-partitioned by entity (``repartition(n, entity)``) and sorted by entity
+inside each partition, so every entity's events lie contiguous in exactly one partition.
+``mapInArrow`` (Arrow batches, no pandas round trip) then streams each partition: batches are
+gathered into chunks of about ``chunk_events`` events, each cut after its last complete entity, and
+every chunk goes through :meth:`Encoder.encode` with the bundle's schema, vocabularies and
+``max_len``, so an executor holds one chunk at a time and the encode code is the one the library
+uses everywhere. An entity's embedding depends only on its own events, hence not on the
+partitioning or the chunking.
+
+The bundle is loaded once per Python worker (Spark reuses workers between tasks): a module-level
+cache keyed by the bundle's path and weights SHA-256. The bundle reaches the executors either as a
+path every executor can read (a shared or distributed file system mounted at the same place), or,
+with ``ship=True``, through ``SparkContext.addFile`` (copied into every executor's work directory,
+found there with ``SparkFiles.get``). Each task runs torch with as many threads as the task has CPUs
+(``spark.task.cpus``, default 1), so the executors' cores are not oversubscribed.
+
+Entities whose events all lie after ``as_of`` are left out (as ``seqenc embed`` does by default).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from seqenc.bundle import load_bundle
+from seqenc.errors import SeqencError
+from seqenc.inference import BACKENDS, Encoder, load_encoder
+
+_ENCODERS: dict[tuple[str, str, str], Encoder] = {}
+
+
+def encode(
+    df: Any,
+    model: str | Path,
+    as_of: object = None,
+    batch_size: int = 256,
+    *,
+    ship: bool = False,
+    num_partitions: int | None = None,
+    chunk_events: int = 200_000,
+    backend: str = "torch",
+) -> Any:
+    """One embedding per entity of the Spark DataFrame ``df`` (the bundle's schema columns).
+
+    Args:
+        df: events; other columns are ignored.
+        model: the bundle directory: a path every executor can read, or on the driver with ``ship``.
+        as_of: only events at or before this time are used (see :meth:`Encoder.encode`).
+        batch_size: histories per forward pass (does not change the result).
+        ship: send the bundle to the executors with ``SparkContext.addFile``.
+        num_partitions: partitions of the shuffle by entity (default
+            ``spark.sql.shuffle.partitions``).
+        chunk_events: events per :meth:`Encoder.encode` call on an executor (bounds its memory).
+        backend: ``"torch"`` or ``"onnxruntime"`` (the graph ``seqenc onnx`` wrote into the bundle).
+
+    Returns:
+        A DataFrame with ``entity_id`` (the entity column's type), ``embedding`` (array<float>),
+        ``n_events`` (int, events fed to the model) and ``last_event_time`` (timestamp), in no
+        particular order.
+    """
+    from pyspark.sql import types as T
+
+    if backend not in BACKENDS:
+        raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if isinstance(chunk_events, bool) or not isinstance(chunk_events, int) or chunk_events < 1:
+        raise SeqencError(f"chunk_events must be a positive integer, got {chunk_events!r}")
+    path = Path(model).resolve()
+    _, meta, _ = load_bundle(path)  # a broken bundle fails here, on the driver
+    schema = meta.schema
+    missing = [c for c in schema.columns if c not in df.columns]
+    if missing:
+        raise SeqencError(
+            f"the DataFrame lacks the bundle's column(s) {missing}; it has {list(df.columns)}"
+        )
+    if ship:
+        df.sparkSession.sparkContext.addFile(str(path), recursive=True)
+    output = T.StructType(
+        [
+            T.StructField("entity_id", df.schema[schema.entity].dataType),
+            T.StructField("embedding", T.ArrayType(T.FloatType(), containsNull=False)),
+            T.StructField("n_events", T.IntegerType()),
+            T.StructField("last_event_time", T.TimestampType()),
+        ]
+    )
+    run = functools.partial(
+        _encode_partition,
+        location=path.name if ship else str(path),
+        shipped=ship,
+        weights_sha256=meta.weights_sha256,
+        backend=backend,
+        entity=schema.entity,
+        as_of=as_of,
+        batch_size=batch_size,
+        chunk_events=chunk_events,
+    )
+    events = df.select(*schema.columns)
+    by_entity = (
+        events.repartition(num_partitions, schema.entity)
+        if num_partitions
+        else events.repartition(schema.entity)
+    )
+    return by_entity.sortWithinPartitions(schema.entity).mapInArrow(run, output)
+
+
+def cached_encoder(path: str, weights_sha256: str, backend: str) -> Encoder:
+    """The bundle at ``path`` on this worker, loaded on first use; it must be the driver's."""
+    key = (path, weights_sha256, backend)
+    if key not in _ENCODERS:
+        encoder = load_encoder(path, "cpu", backend)
+        if encoder.meta.weights_sha256 != weights_sha256:
+            raise SeqencError(
+                f"the bundle at {path!r} on this executor has other weights than the driver's"
+            )
+        _ENCODERS[key] = encoder
+    return _ENCODERS[key]
+
+
+def _encode_partition(
+    batches: Iterator[pa.RecordBatch],
+    location: str,
+    shipped: bool,
+    weights_sha256: str,
+    backend: str,
+    entity: str,
+    as_of: object,
+    batch_size: int,
+    chunk_events: int,
+) -> Iterator[pa.RecordBatch]:
+    """One partition (sorted by entity) → record batches of the output columns."""
+    from pyspark import SparkFiles, TaskContext
+
+    path = SparkFiles.get(location) if shipped else location
+    encoder = cached_encoder(path, weights_sha256, backend)
+    context = TaskContext.get()
+    torch.set_num_threads(max(1, context.cpus() if context is not None else 1))
+
+    def run(table: pa.Table) -> Iterator[pa.RecordBatch]:
+        out = encoder.encode(
+            table, as_of=as_of, batch_size=batch_size, output="arrow", on_empty="skip"
+        )
+        columns = {
+            "entity_id": out["entity_id"].cast(table.schema.field(entity).type),
+            "embedding": out["embedding"].cast(pa.list_(pa.float32())),
+            "n_events": out["n_events"],
+            "last_event_time": out["last_event_time"],
+        }
+        yield from pa.table(columns).to_batches()
+
+    pending: list[pa.RecordBatch] = []
+    n_pending = 0
+    for batch in batches:
+        pending.append(batch)
+        n_pending += batch.num_rows
+        if n_pending < chunk_events:
+            continue
+        table = pa.Table.from_batches(pending)
+        ids = table[entity]
+        # The partition is sorted by entity: the newest entity may continue in the next batch.
+        n_last = pc.sum(pc.equal(ids, ids[len(ids) - 1])).as_py() or 0
+        complete = table.num_rows - n_last
+        if complete:
+            yield from run(table.slice(0, complete))
+        pending, n_pending = table.slice(complete).to_batches(), n_last
+    if n_pending:
+        yield from run(pa.Table.from_batches(pending))

@@ -1,0 +1,106 @@
+"""Spark encode equals ``Encoder.encode`` (within 1e-5) whatever the partitioning; local[2] mode."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from tiny import tiny_bundle, tiny_events
+
+pytest.importorskip("pyspark")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java runtime", allow_module_level=True)
+
+from seqenc import spark as seqenc_spark  # noqa: E402
+from seqenc.errors import SeqencError  # noqa: E402
+from seqenc.inference import load_encoder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("seqenc-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "97")  # many batches per task
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "America/New_York")  # times must not depend on it
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    events = tiny_events(70, seed=2)
+    bundle = tiny_bundle(tmp_path_factory.mktemp("spark") / "bundle", events)
+    return bundle, events
+
+
+def collect(df) -> pd.DataFrame:
+    """Rows by entity; times as epoch microseconds (``toPandas`` would shift them to local time)."""
+    from pyspark.sql import functions as F
+
+    micros = df.withColumn("last_event_time", F.unix_micros("last_event_time"))
+    return micros.toPandas().sort_values("entity_id", ignore_index=True)
+
+
+def assert_same(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert got["entity_id"].tolist() == expected["entity_id"].tolist()
+    np.testing.assert_allclose(
+        np.stack(got["embedding"]), np.stack(expected["embedding"]), atol=1e-5, rtol=0
+    )
+    assert got["n_events"].tolist() == expected["n_events"].tolist()
+    expected_micros = expected["last_event_time"].dt.as_unit("us").astype("int64")
+    assert got["last_event_time"].tolist() == expected_micros.tolist()
+
+
+@pytest.mark.parametrize(("num_partitions", "chunk_events"), [(1, 10_000), (3, 150), (7, 1)])
+def test_equals_encode_whatever_the_partitioning(spark, setup, num_partitions, chunk_events):
+    bundle, events = setup
+    expected = load_encoder(bundle, "cpu").encode(events)
+    shuffled = spark.createDataFrame(events.sample(frac=1.0, random_state=num_partitions))
+    out = seqenc_spark.encode(
+        shuffled.repartition(5), bundle, num_partitions=num_partitions, chunk_events=chunk_events
+    )
+    assert out.columns == ["entity_id", "embedding", "n_events", "last_event_time"]
+    assert_same(collect(out), expected)
+
+
+def test_as_of_and_shipped_bundle(spark, setup):
+    bundle, events = setup
+    as_of = "2024-02-10"
+    expected = load_encoder(bundle, "cpu").encode(events, as_of=as_of, on_empty="skip")
+    assert 0 < len(expected) < events["entity_id"].nunique()  # some entities start later
+    df = spark.createDataFrame(events.assign(extra=1))  # other columns are ignored
+    out = seqenc_spark.encode(df, bundle, as_of=as_of, ship=True, batch_size=5)
+    assert_same(collect(out), expected)
+
+
+def test_string_entity_ids_keep_their_type(spark, setup):
+    bundle, events = setup
+    events = events.assign(entity_id="acct-" + events["entity_id"].astype(str))
+    expected = load_encoder(bundle, "cpu").encode(events)
+    out = seqenc_spark.encode(spark.createDataFrame(events), bundle, num_partitions=2)
+    assert dict(out.dtypes)["entity_id"] == "string"
+    assert_same(collect(out), expected)
+
+
+def test_bad_input_is_one_line_on_the_driver(spark, setup, tmp_path):
+    bundle, events = setup
+    df = spark.createDataFrame(events.drop(columns=["amount"]))
+    with pytest.raises(SeqencError, match=r"lacks the bundle's column\(s\) \['amount'\]"):
+        seqenc_spark.encode(df, bundle)
+    with pytest.raises(SeqencError, match="model bundle not found"):
+        seqenc_spark.encode(df, tmp_path / "nope")
+    with pytest.raises(SeqencError, match="chunk_events must be a positive integer"):
+        seqenc_spark.encode(df, bundle, chunk_events=0)
