@@ -10,20 +10,17 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from tiny import SCHEMA, tiny_events
+from tiny import SCHEMA, ml100k, random_bundle, tiny_events
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from seqenc.backends import OnnxRuntimeBackend  # noqa: E402
-from seqenc.bundle import save_bundle  # noqa: E402
 from seqenc.cli import main as cli_main  # noqa: E402
-from seqenc.data.sequences import build_sequences  # noqa: E402
-from seqenc.data.spec import DataSpec  # noqa: E402
 from seqenc.errors import SeqencError  # noqa: E402
 from seqenc.inference import load_encoder  # noqa: E402
 from seqenc.model.batch import Batch  # noqa: E402
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder  # noqa: E402
+from seqenc.model.encoder import EncoderConfig  # noqa: E402
 from seqenc.onnx import export_onnx, onnx_main  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -50,26 +47,8 @@ SHAPE_KEYS = ("causal", "time", "query_time", "time_bias", "positional", "poolin
 
 
 def make_bundle(path: Path, features: bool = False, **options) -> Path:
-    """A random-weights bundle (weights drawn large enough that every input moves the output)."""
-    events = tiny_events(30)
     schema = SCHEMA if features else dataclasses.replace(SCHEMA, categorical=(), numeric=())
-    _, vocabs = build_sequences(events, schema, max_len=None)
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=16,
-        n_heads=2,
-        max_len=MAX_LEN,
-        categorical_sizes=tuple(len(vocabs.categorical[c]) for c in schema.categorical),
-        n_numeric=len(schema.numeric),
-        **options,
-    )
-    torch.manual_seed(0)
-    model = SequenceEncoder(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    objective = "causal" if config.causal else "masked"
-    return save_bundle(path, model, DataSpec(schema, vocabs, MAX_LEN), objective, name="tiny")
+    return random_bundle(path, tiny_events(30), schema, MAX_LEN, **options)
 
 
 def random_batch(config: EncoderConfig, lengths: list[int], width: int, seed: int) -> Batch:
@@ -215,3 +194,18 @@ def test_embed_command_with_onnxruntime_equals_torch(tmp_path):
     np.testing.assert_allclose(
         np.stack(onnx_df.embedding), np.stack(torch_df.embedding), atol=1e-4, rtol=0
     )
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("causal", [True, False])
+def test_movielens_100k_equals_torch(shared_data, tmp_path, causal):
+    """Every MovieLens-100K user (histories of 20 to 200+ events) through both backends."""
+    events = ml100k(shared_data)
+    schema = dataclasses.replace(SCHEMA, categorical=(), numeric=())
+    path = random_bundle(tmp_path / "bundle", events, schema, 200, causal=causal)
+    export_onnx(path)
+    expected = load_encoder(path, "cpu").encode(events, output="numpy")
+    got = load_encoder(path, "cpu", backend="onnxruntime").encode(events, output="numpy")
+    assert len(got.entity_ids) == 943
+    np.testing.assert_array_equal(got.entity_ids, expected.entity_ids)
+    np.testing.assert_allclose(got.embeddings, expected.embeddings, atol=1e-4, rtol=0)

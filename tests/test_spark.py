@@ -9,13 +9,14 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from tiny import tiny_bundle, tiny_events
+from tiny import ml100k, random_bundle, tiny_bundle, tiny_events
 
 pytest.importorskip("pyspark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime", allow_module_level=True)
 
 from seqenc import spark as seqenc_spark  # noqa: E402
+from seqenc.data.schema import EventSchema  # noqa: E402
 from seqenc.errors import SeqencError  # noqa: E402
 from seqenc.inference import load_encoder  # noqa: E402
 
@@ -104,3 +105,15 @@ def test_bad_input_is_one_line_on_the_driver(spark, setup, tmp_path):
         seqenc_spark.encode(df, tmp_path / "nope")
     with pytest.raises(SeqencError, match="chunk_events must be a positive integer"):
         seqenc_spark.encode(df, bundle, chunk_events=0)
+
+
+@pytest.mark.shared_data
+def test_movielens_100k_equals_encode(spark, shared_data, tmp_path):
+    events = ml100k(shared_data)
+    schema = EventSchema()  # entity_id, item_id, timestamp
+    bundle = random_bundle(tmp_path / "bundle", events, schema, 200, causal=True)
+    expected = load_encoder(bundle, "cpu").encode(events)
+    out = seqenc_spark.encode(spark.createDataFrame(events), bundle, num_partitions=3)
+    got = collect(out)
+    assert len(got) == 943
+    assert_same(got, expected)

@@ -48,3 +48,39 @@ def tiny_bundle(
     )
     spec = DataSpec(SCHEMA, vocabs, max_len)
     return save_bundle(path, SequenceEncoder(config), spec, name="tiny")
+
+
+def random_bundle(
+    path: Path, events: pd.DataFrame, schema: EventSchema, max_len: int, **options: object
+) -> Path:
+    """A bundle of ``EncoderConfig(**options)`` (d=16) fitted on ``events``, every weight drawn from
+    N(0, 0.3): large enough that each input moves the embedding (parity tests need that)."""
+    _, vocabs = build_sequences(events, schema, max_len=None)
+    config = EncoderConfig(
+        n_items=len(vocabs.item),
+        d_model=16,
+        n_heads=2,
+        max_len=max_len,
+        categorical_sizes=tuple(len(vocabs.categorical[c]) for c in schema.categorical),
+        n_numeric=len(schema.numeric),
+        **options,
+    )
+    torch.manual_seed(0)
+    model = SequenceEncoder(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    objective = "causal" if config.causal else "masked"
+    return save_bundle(path, model, DataSpec(schema, vocabs, max_len), objective, name="random")
+
+
+def ml100k(shared_data: Path) -> pd.DataFrame:
+    """MovieLens-100K's ratings as events (skips the test when the file is absent)."""
+    import pytest
+
+    from seqenc.data.loaders import load_dataset
+
+    path = shared_data / "ml-100k" / "u.data"
+    if not path.is_file():
+        pytest.skip(f"not found: {path}")
+    return load_dataset(path, "movielens")
