@@ -1,5 +1,5 @@
 """Encode throughput of the backends on one event log: torch, ONNX Runtime, the single-process
-Parquet export, and Spark in ``local[2]`` mode; each checked against torch's embeddings.
+Parquet export, and Spark in ``local[N]`` mode (N = cores); each checked against torch's embeddings.
 
 Run from the repository root (needs the ``onnx`` and ``spark`` extras and Java; a few minutes on
 2 CPU cores)::
@@ -11,7 +11,9 @@ log (1000 entities). Model: a random-weights causal encoder of the ``sasrec_ml10
 (d=64, 2 layers, 2 heads, time inputs, max_len 200), CPU float32, batch size 256. Every path reads
 the same Parquet file; the export and Spark also write Parquet. Timings are the median of 3
 interleaved rounds; the Spark session starts before the first round (its start is not timed), and
-its Python workers load the bundle in the first round.
+its Python workers load the bundle in the first round. Every path uses all the machine's cores:
+torch and ONNX Runtime one thread per core (ONNX Runtime's default), Spark ``local[N]`` with N =
+cores, one task per core, one torch thread per task.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from seqenc.onnx import export_onnx
 
 ROOT = Path(__file__).resolve().parents[1]
 ML100K = ROOT.parent / "shared" / "data" / "ml-100k" / "u.data"
-RUNS, MAX_LEN, BATCH_SIZE, SPARK_PARTITIONS = 3, 200, 256, 4
+RUNS, MAX_LEN, BATCH_SIZE, CORES = 3, 200, 256, os.cpu_count() or 1
+SPARK_PARTITIONS = 2 * CORES
 RESULTS = Path(__file__).resolve().parent / "results" / "backends.md"
 
 
@@ -82,6 +85,8 @@ def main() -> None:
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
+    torch.set_num_threads(CORES)
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-backends-"))
     events, source = events_table(args.events)
     parquet = tmp / "events.parquet"
@@ -91,7 +96,7 @@ def main() -> None:
     encoders = {b: load_encoder(bundle, "cpu", backend=b) for b in ("torch", "onnxruntime")}
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(f"local[{CORES}]")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
@@ -120,7 +125,7 @@ def main() -> None:
             parquet, batch_size=BATCH_SIZE
         ),
         "torch `seqenc embed` export (Parquet → Parquet)": run_export,
-        f"Spark local[2] `seqenc.spark.encode` ({SPARK_PARTITIONS} partitions, → Parquet)": run_spark,
+        f"Spark local[{CORES}] `seqenc.spark.encode` ({SPARK_PARTITIONS} partitions, → Parquet)": run_spark,
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
     outputs: dict[str, pd.DataFrame] = {}
