@@ -1,8 +1,8 @@
 """A bundle's entity-embedding computation as an ONNX graph, for ONNX Runtime (``seqenc onnx``).
 
-The graph is :meth:`SequenceEncoder.entity_embedding` traced once (the TorchScript exporter,
-``dynamo=False``: the dynamo exporter needs onnxscript and refuses the data-dependent branches of the
-readout) with dynamic batch and length axes. Its inputs are the :class:`~seqenc.model.batch.Batch`
+The graph is :meth:`SequenceEncoder.entity_embedding` traced once with dynamic batch and length
+axes, by the TorchScript exporter (``dynamo=False``; the dynamo exporter needs onnxscript, and
+``torch.export`` cannot follow the readout's data-dependent branches). Its inputs are the :class:`~seqenc.model.batch.Batch`
 fields the bundle's configuration reads, and nothing else (:func:`graph_inputs`):
 
 ============  ===========  ======================================================================
@@ -128,7 +128,8 @@ def append_mask(fields: dict[str, Tensor], lengths: Tensor, gap: Tensor) -> dict
 
 
 def example_inputs(meta: BundleMeta, inputs: list[str]) -> tuple[Tensor, ...]:
-    """A small mixed-length batch to trace with (no row full, so no branch is taken by accident)."""
+    """A small batch to trace with: mixed lengths with an empty row, so the key-padding mask is in
+    the graph."""
     enc, width = meta.encoder, min(3, meta.max_len)
     g = torch.Generator().manual_seed(0)
     lengths = torch.tensor([width, 1, 0]).clamp(max=width)
@@ -159,10 +160,8 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
     encoder, meta, _ = load_bundle(bundle)
     output = Path(bundle) / ONNX_FILE if output is None else Path(output)
     inputs = graph_inputs(meta)
-    dynamic = {"items": {0: "batch", 1: "length"}, "lengths": {0: "batch"}}
-    dynamic |= {name: {0: "batch", 1: "length"} for name in inputs if name not in dynamic}
-    dynamic["dt_query"] = {0: "batch"}
-    dynamic["embedding"] = {0: "batch"}
+    per_row = {"lengths": {0: "batch"}, "dt_query": {0: "batch"}, "embedding": {0: "batch"}}
+    dynamic = {k: per_row.get(k, {0: "batch", 1: "length"}) for k in [*inputs, "embedding"]}
     with atomic_file(output) as tmp, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the branches discussed above
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, on purpose
@@ -172,7 +171,7 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
             str(tmp),
             input_names=inputs,
             output_names=["embedding"],
-            dynamic_axes={k: v for k, v in dynamic.items() if k in inputs + ["embedding"]},
+            dynamic_axes=dynamic,
             opset_version=OPSET,
             dynamo=False,
         )
