@@ -82,14 +82,14 @@ DATASETS = {
 }
 
 # The model variants: each a list of `seqenc fit` overrides on top of --config (configs/clicks.yaml:
-# time, query time and repeat head on, time bias off). Add a row here for every new option.
+# time and query time on, time bias off, repeat head by the data). Add a row for every new option.
 VARIANTS: dict[str, list[str]] = {
     "no_time": ["--model.time", "false", "--model.repeat_head", "false"],
     "dt_prev": ["--model.query_time", "false", "--model.repeat_head", "false"],
     "query": ["--model.repeat_head", "false"],
     "query_bias": ["--model.time_bias", "true", "--model.repeat_head", "false"],
-    "repeat_no_time": ["--model.time", "false"],
-    "full": [],  # dt_prev + query time + repeat head: configs/clicks.yaml as shipped
+    "repeat_no_time": ["--model.time", "false", "--model.repeat_head", "true"],
+    "full": ["--model.repeat_head", "true"],  # dt_prev + query time + repeat head
 }
 
 
