@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -119,6 +120,69 @@ def bundle_main(argv: list[str]) -> None:
     print(f"bundle: {path}")
 
 
+def embed_main(argv: list[str]) -> None:
+    """``seqenc embed --model BUNDLE --events PATH_OR_GLOB --output PATH [...]``."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from seqenc.backends import ONNX_FILE
+    from seqenc.export import export_embeddings
+    from seqenc.inference import BACKENDS, ON_EMPTY
+
+    parser = argparse.ArgumentParser(
+        prog="seqenc embed",
+        description="Embed every entity of an event log with a model bundle, streaming to Parquet.",
+    )
+    parser.add_argument("--model", required=True, help="bundle directory")
+    parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s), glob, dir")
+    parser.add_argument("--output", required=True, help="Parquet file (or shard dir with ddp)")
+    parser.add_argument(
+        "--as-of", default=None, help="use only events at or before this time (ISO or epoch s)"
+    )
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--chunk-events", type=int, default=1_000_000, help="events per partition")
+    parser.add_argument(
+        "--on-empty",
+        choices=ON_EMPTY,
+        default="skip",
+        help="entities with no event at or before --as-of: skip (warn) or raise (fail)",
+    )
+    parser.add_argument("--row-group-size", type=int, default=65536)
+    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--devices", default="1", help="number, list (0,1) or auto")
+    parser.add_argument("--strategy", default="auto", help="e.g. ddp for several devices")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="torch",
+        help="onnxruntime: run the graph of `seqenc onnx` on the CPU",
+    )
+    parser.add_argument("--onnx", default=None, help=f"ONNX graph (default <model>/{ONNX_FILE})")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        path = export_embeddings(
+            args.model,
+            args.events,
+            args.output,
+            as_of=args.as_of,
+            batch_size=args.batch_size,
+            chunk_events=args.chunk_events,
+            on_empty=args.on_empty,
+            row_group_size=args.row_group_size,
+            accelerator=args.accelerator,
+            devices=args.devices,
+            strategy=args.strategy,
+            progress=not args.no_progress,
+            backend=args.backend,
+            onnx=args.onnx,
+        )
+    except SeqencError as e:
+        parser.exit(1, f"seqenc embed: error: {e}\n")
+    if rank_zero_only.rank == 0:
+        print(f"embeddings: {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``seqenc`` console script."""
     given, argv = argv, sys.argv[1:] if argv is None else argv
@@ -134,8 +198,6 @@ def main(argv: list[str] | None = None) -> None:
 
         return onnx_main(argv[1:])
     if argv[:1] == ["embed"]:
-        from seqenc.export import main as embed_main
-
         return embed_main(argv[1:])
     if argv[:1] == ["probe"]:
         from seqenc.evaluate import main as probe_main

@@ -36,13 +36,11 @@ leaves no ``<output>``; its scratch is removed on failure, or by the next run if
 
 from __future__ import annotations
 
-import argparse
 import logging
 import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities import rank_zero_only
 
 from seqenc.atomic import directory_target, file_target
 from seqenc.backends import ONNX_FILE, OnnxRuntimeBackend
@@ -56,7 +54,7 @@ from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
 from seqenc.inference import BACKENDS, ON_EMPTY, file_metadata
 
-__all__ = ["export_embeddings", "main", "output_schema", "partition_of"]
+__all__ = ["export_embeddings", "output_schema", "partition_of"]
 
 log = logging.getLogger(__name__)
 
@@ -175,60 +173,3 @@ def export_embeddings(
                 output,
             )
     return output
-
-
-def main(argv: list[str]) -> None:
-    """``seqenc embed --model BUNDLE --events PATH_OR_GLOB --output PATH [...]``."""
-    parser = argparse.ArgumentParser(
-        prog="seqenc embed",
-        description="Embed every entity of an event log with a model bundle, streaming to Parquet.",
-    )
-    parser.add_argument("--model", required=True, help="bundle directory")
-    parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s), glob, dir")
-    parser.add_argument("--output", required=True, help="Parquet file (or shard dir with ddp)")
-    parser.add_argument(
-        "--as-of", default=None, help="use only events at or before this time (ISO or epoch s)"
-    )
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--chunk-events", type=int, default=1_000_000, help="events per partition")
-    parser.add_argument(
-        "--on-empty",
-        choices=ON_EMPTY,
-        default="skip",
-        help="entities with no event at or before --as-of: skip (warn) or raise (fail)",
-    )
-    parser.add_argument("--row-group-size", type=int, default=65536)
-    parser.add_argument("--accelerator", default="auto")
-    parser.add_argument("--devices", default="1", help="number, list (0,1) or auto")
-    parser.add_argument("--strategy", default="auto", help="e.g. ddp for several devices")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="torch",
-        help="onnxruntime: run the graph of `seqenc onnx` on the CPU",
-    )
-    parser.add_argument("--onnx", default=None, help=f"ONNX graph (default <model>/{ONNX_FILE})")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        path = export_embeddings(
-            args.model,
-            args.events,
-            args.output,
-            as_of=args.as_of,
-            batch_size=args.batch_size,
-            chunk_events=args.chunk_events,
-            on_empty=args.on_empty,
-            row_group_size=args.row_group_size,
-            accelerator=args.accelerator,
-            devices=args.devices,
-            strategy=args.strategy,
-            progress=not args.no_progress,
-            backend=args.backend,
-            onnx=args.onnx,
-        )
-    except SeqencError as e:
-        parser.exit(1, f"seqenc embed: error: {e}\n")
-    if rank_zero_only.rank == 0:
-        print(f"embeddings: {path}")
