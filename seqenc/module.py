@@ -35,7 +35,7 @@ class SeqencModule(pl.LightningModule):
         d_model, n_layers, n_heads, ffn_mult, dropout, positional, pooling, normalize: encoder shape
             (see :class:`~seqenc.model.encoder.EncoderConfig`, whose defaults these are).
         time: the one switch for every time input; ``None`` = on exactly when the data has real
-            timestamps.
+            timestamps (``True`` on a log without timestamps is off).
         query_time, time_bias: time options (see :class:`~seqenc.model.encoder.EncoderConfig`).
         repeat_head: the repeat head (:mod:`seqenc.model.repeat`); ``None`` = on for the causal
             objective when at least ``REPEAT_SHARE`` of the events repeat an earlier item of their
@@ -96,7 +96,9 @@ class SeqencModule(pl.LightningModule):
             raise SeqencError(
                 f"repeat_head trains with the full softmax only (loss: ce), got {loss!r}"
             )
-        use_time = spec.has_time if time is None else bool(time)
+        # Time inputs need timestamps: `time: true` on a log without them (e.g. a config meant for
+        # click logs) trains without, instead of a model whose bundle could not be written.
+        use_time = spec.has_time and (time is None or bool(time))
         self.config = EncoderConfig(
             n_items=spec.n_items,
             d_model=d_model,

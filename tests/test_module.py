@@ -94,3 +94,9 @@ def test_training_step_runs_both_objectives():
         loss.backward()
         assert torch.isfinite(loss) and loss > 0
         assert module.encoder.item_embedding.weight.grad.abs().sum() > 0
+
+
+def test_time_is_off_when_the_log_has_no_timestamps():
+    untimed = DataSpec(EventSchema(timestamp=None), SPEC.vocabs, max_len=8)
+    module = SeqencModule(untimed, d_model=8, n_heads=2, time=True)
+    assert not module.config.time and not module.config.query_time
