@@ -7,7 +7,6 @@ output columns stay in :mod:`seqenc.inference`, so both backends see the same ba
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -15,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from seqenc.bundle import BundleMeta
+from seqenc.bundle import BundleMeta, file_sha256
 from seqenc.data.batches import Batch
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
@@ -28,15 +27,6 @@ def embed_batch(encoder: SequenceEncoder, batch: Batch) -> torch.Tensor:
     device = batch.items.device
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         return encoder.entity_embedding(batch).float()
-
-
-def checksum_file(path: Path) -> str:
-    """SHA-256 of a file, hex."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Backend(Protocol):
@@ -76,7 +66,7 @@ class OnnxRuntimeBackend:
             raise SeqencError(
                 f"ONNX graph file missing: {str(missing)!r}; write it with `seqenc onnx`"
             )
-        if sums.read_text().split()[:1] != [checksum_file(path)]:
+        if sums.read_text().split()[:1] != [file_sha256(path)]:
             raise SeqencError(f"{str(path)!r} is corrupt: its SHA-256 differs from {sums.name}")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # no warnings about unused initializers

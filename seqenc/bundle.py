@@ -226,7 +226,8 @@ def config_hash(
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, hex (bundle files, the ONNX graph)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -282,8 +283,8 @@ def save_bundle(
             name=name or output_dir.resolve().name,
             **config_text,
             config_hash=config_hash(**config_text),
-            weights_sha256=_file_sha256(tmp / WEIGHTS_FILE),
-            vocab_sha256=_file_sha256(tmp / VOCAB_FILE),
+            weights_sha256=file_sha256(tmp / WEIGHTS_FILE),
+            vocab_sha256=file_sha256(tmp / VOCAB_FILE),
         )
         meta.check(where)
         (tmp / CONFIG_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
@@ -319,14 +320,14 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
         raise SeqencError(f"invalid bundle file {str(vocab_path)!r}: {e}") from e
     if not meta.vocab_sha256:
         log.warning("%s predates vocabulary checksums: vocab.json is not verified", path)
-    elif _file_sha256(vocab_path) != meta.vocab_sha256:
+    elif file_sha256(vocab_path) != meta.vocab_sha256:
         raise SeqencError(f"{str(vocab_path)!r} is corrupt: its SHA-256 differs from config.json's")
     _check_vocabs(vocabs, meta.encoder, meta.schema, str(vocab_path))
 
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise SeqencError(f"bundle file missing: {str(weights)!r}")
-    if _file_sha256(weights) != meta.weights_sha256:
+    if file_sha256(weights) != meta.weights_sha256:
         raise SeqencError(f"{str(weights)!r} is corrupt: its SHA-256 differs from config.json's")
     try:
         state = load_file(weights)

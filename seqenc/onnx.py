@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqenc.atomic import atomic_file
-from seqenc.backends import ONNX_FILE, checksum_file
-from seqenc.bundle import BundleMeta, load_bundle
+from seqenc.backends import ONNX_FILE
+from seqenc.bundle import BundleMeta, file_sha256, load_bundle
 from seqenc.errors import SeqencError
 from seqenc.model.batch import MASK, Batch
 from seqenc.model.encoder import SequenceEncoder
@@ -185,7 +185,7 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
             proto.metadata_props.add(key=key, value=value)
         onnx.checker.check_model(proto)
         onnx.save(proto, str(tmp))
-        digest = checksum_file(tmp)
+        digest = file_sha256(tmp)
     with atomic_file(f"{output}.sha256") as tmp:
         tmp.write_text(f"{digest}  {output.name}\n")
     return output

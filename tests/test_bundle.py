@@ -134,9 +134,9 @@ def test_pickled_weight_file_is_refused_without_running_it(tmp_path):
         load_bundle(path)
     # Even with a matching checksum the file is parsed as safetensors, never unpickled.
     config = json.loads((path / CONFIG_FILE).read_text())
-    from seqenc.bundle import _file_sha256
+    from seqenc.bundle import file_sha256
 
-    config["weights_sha256"] = _file_sha256(path / WEIGHTS_FILE)
+    config["weights_sha256"] = file_sha256(path / WEIGHTS_FILE)
     (path / CONFIG_FILE).write_text(json.dumps(config))
     with pytest.raises(SeqencError, match=r"cannot read weights .*model\.safetensors"):
         load_bundle(path)
