@@ -107,9 +107,10 @@ class SequenceDataModule(pl.LightningDataModule):
         require_trainable(self.store, self.min_len)
         return leave_one_out(self.store, min_len=self.min_len)
 
-    @property
+    @cached_property
     def spec(self) -> DataSpec:
-        """What the model must agree on with this data (the CLI links it into the model)."""
+        """What the model must agree on with this data (the CLI links it into the model); built
+        once, as every checkpoint saves it."""
         return DataSpec(self._events[1], self.vocabs, self.max_len, repeat_share(self.store))
 
     def state_dict(self) -> dict[str, Any]:
@@ -121,7 +122,7 @@ class SequenceDataModule(pl.LightningDataModule):
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
             self._restored_vocabs = vocabs
-            for name in ("_built", "splits"):
+            for name in ("_built", "splits", "spec"):
                 self.__dict__.pop(name, None)
 
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:

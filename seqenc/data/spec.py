@@ -63,22 +63,21 @@ class DataSpec:
     def n_numeric(self) -> int:
         return len(self.schema.numeric)
 
-    def to_dict(self, with_vocabs: bool = True) -> dict[str, Any]:
-        """Plain JSON-able form (bundles keep the vocabularies in a file of their own)."""
-        d = {
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (the DataModule's checkpoint state)."""
+        return {
             "schema": self.schema.to_dict(),
             "max_len": self.max_len,
             "repeat_share": self.repeat_share,
+            "vocabs": self.vocabs.to_dict(),
         }
-        return d | ({"vocabs": self.vocabs.to_dict()} if with_vocabs else {})
 
     @classmethod
-    def from_dict(cls, d: Any, vocabs: Vocabularies | None = None) -> DataSpec:
-        """Inverse of :meth:`to_dict`; ``vocabs`` when they were stored apart."""
+    def from_dict(cls, d: Any) -> DataSpec:
+        """Inverse of :meth:`to_dict`."""
         if not isinstance(d, dict):
             raise SeqencError(f"data spec: expected an object, got {type(d).__name__}")
-        keys = {"schema", "max_len"} | ({"vocabs"} if vocabs is None else set())
-        missing = sorted(keys - set(d))
+        missing = sorted({"schema", "max_len", "vocabs"} - set(d))
         if missing:
             raise SeqencError(f"data spec: missing key(s) {missing}")
         if not isinstance(d["schema"], dict):
@@ -87,5 +86,5 @@ class DataSpec:
             schema = EventSchema(**d["schema"])
         except TypeError as e:
             raise SeqencError(f"data spec: invalid schema: {e}") from e
-        vocabs = vocabs if vocabs is not None else Vocabularies.from_dict(d["vocabs"])
+        vocabs = Vocabularies.from_dict(d["vocabs"])
         return cls(schema, vocabs, d["max_len"], d.get("repeat_share", 0.0))
