@@ -54,24 +54,27 @@ class RepeatHead(nn.Module):
         self.query_time = query_time
         self.gate = nn.Linear(d_model, 1)
 
-    def attention(self, hidden: Tensor, batch: Batch) -> Tensor:
-        """``[B, L, L]`` copy weights a_ij (rows sum to 1 over allowed j; -inf logits elsewhere).
+    def attention(self, hidden: Tensor, batch: Batch, at: Tensor | None = None) -> Tensor:
+        """``[B, Q, L]`` copy weights a_ij of the query positions ``at`` (``[B, Q]``; default every
+        position, Q = L): rows sum to 1 over the allowed j, 0 elsewhere.
 
         Position i may copy event j when j <= i, j is a real event and its item a real item.
         """
-        width = hidden.shape[1]
-        positions = torch.arange(width, device=hidden.device)
-        steps = positions[:, None] - positions[None, :]
-        allowed = (steps >= 0)[None] & (batch.items >= N_SPECIAL)[:, None, :]
+        positions = torch.arange(hidden.shape[1], device=hidden.device)
+        at = positions[None, :] if at is None else at  # [1 or B, Q]
+        rows_at = at.expand(len(batch), -1)
+        steps = at[:, :, None] - positions[None, None, :]  # [1 or B, Q, L]
+        allowed = (steps >= 0) & (batch.items >= N_SPECIAL)[:, None, :]
         allowed = allowed & batch.padding_mask[:, None, :]
         h = hidden.float()
-        scores = self.query(h) @ self.key(h).transpose(1, 2) / math.sqrt(self.d_key)
-        scores = scores + self.steps(step_bucket(steps.clamp(min=0))).squeeze(-1)[None]
+        queries = h.gather(1, rows_at[..., None].expand(-1, -1, h.shape[-1]))
+        scores = self.query(queries) @ self.key(h).transpose(1, 2) / math.sqrt(self.d_key)
+        scores = scores + self.steps(step_bucket(steps.clamp(min=0))).squeeze(-1)
         if self.ago is not None:
             # time from event j to the time position i predicts for: (t_i - t_j) + query gap of i
-            ago = batch.dt_ref[:, None, :] - batch.dt_ref[:, :, None]
+            ago = batch.dt_ref[:, None, :] - batch.dt_ref.gather(1, rows_at)[:, :, None]
             if self.query_time:
-                ago = ago + batch.query_gaps[:, :, None]
+                ago = ago + batch.query_gaps.gather(1, rows_at)[:, :, None]
             scores = scores + self.ago(time_bucket(ago.clamp(min=0), self.n_time_buckets)).squeeze(
                 -1
             )
@@ -116,7 +119,7 @@ def mixture_log_scores(head: RepeatHead, hidden: Tensor, batch: Batch, logits: T
     catalogue ``logits`` there (specials already -inf)."""
     rows = torch.arange(len(batch), device=hidden.device)
     last = (batch.lengths - 1).clamp(min=0)
-    copy = head.attention(hidden, batch)[rows, last]  # [B, L]
+    copy = head.attention(hidden, batch, last[:, None])[:, 0]  # [B, L], newest position only
     log_g, log_not_g = head.log_gates(hidden)
     copied = torch.zeros_like(logits, dtype=torch.float32)
     copied.scatter_add_(1, batch.items, copy.float())
