@@ -1,0 +1,388 @@
+"""Incremental encoding: extend each entity's encoded history with new events instead of
+re-encoding it (causal models only; the torch part is :mod:`seqenc.model.cache`).
+
+:meth:`Encoder.state <seqenc.inference.Encoder.state>` encodes a log once and keeps, per entity, the
+events of its window (the newest ``max_len``), every layer's keys and values there, the running sum
+of the final hidden states (mean pooling) and the embedding. :meth:`Encoder.update
+<seqenc.inference.Encoder.update>` then gives the embeddings :meth:`Encoder.encode
+<seqenc.inference.Encoder.encode>` would give on the old and new events together:
+
+- an entity with new events whose window still fits ``max_len`` is *extended*: its previous newest
+  position (whose query gap becomes the gap to the first new event) and the new events run against
+  the cached keys and values of the older positions. Exact up to float rounding.
+- an entity whose window would pass ``max_len`` is *re-encoded*: its newest ``max_len`` events
+  (kept in the state) run from scratch, as ``encode`` does; every learned position and every
+  older position's attention changes when the window slides, so no cache survives (counted as
+  ``n_reencoded``).
+- an entity without new events keeps its embedding, unless the model reads the query time and
+  ``as_of`` moved it: then only its newest position is recomputed (``n_requeried``).
+
+New events must not be older than the entity's newest event in the state (one at the same time
+goes after it), and ``as_of`` not earlier than any event in it. Runs in float32 on the encoder's
+device (no autocast).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from seqenc.data.batches import Batch
+from seqenc.data.columns import epoch_seconds
+from seqenc.data.events import Source
+from seqenc.data.sampling import token_batches
+from seqenc.errors import SeqencError
+from seqenc.inference import Encoder, sequences
+from seqenc.model.cache import KVCache, check_incremental, extend, readout
+from seqenc.outputs import embedding_output, entity_table
+
+EVENT_FIELDS = ("items", "timestamps", "dt_prev", "categorical", "numeric")
+POSITION_FIELDS = (*EVENT_FIELDS, "keys", "values")
+ENTITY_FIELDS = ("query_gap", "prefix_sum", "embeddings")
+
+
+@dataclass
+class EncoderState:
+    """Per-entity caches of an incremental encode; jagged like a
+    :class:`~seqenc.data.sequences.SequenceStore` (entity ``i`` owns positions
+    ``offsets[i]:offsets[i + 1]``, oldest first, at most ``max_len``).
+
+    Attributes:
+        entity_ids: ascending.
+        offsets: ``[n + 1]`` int64.
+        items, timestamps, dt_prev: ``[P]`` the window's events (int64, float64 s, float32 s).
+        categorical, numeric: ``[P, C]`` int64 and ``[P, N]`` float32 event features.
+        keys, values: ``[P, n_layers, d]`` float32 per-layer keys (rotated) and values.
+        query_gap: ``[n]`` float32 gap from the newest event to the query time it was encoded for.
+        prefix_sum: ``[n, d]`` float32 sum of the final hidden states of all positions but the newest.
+        embeddings: ``[n, d]`` float32 current embeddings.
+        config_hash, weights_sha256: the bundle the caches belong to.
+        has_time: whether the log has timestamps.
+        stats: what the call that made this state did (``n_new``, ``n_extended``,
+            ``n_reencoded``, ``n_requeried``, ``n_unchanged`` entities; ``n_positions`` run through
+            the model; the unknown-value counts of ``encode``).
+    """
+
+    entity_ids: pa.Array
+    offsets: np.ndarray
+    items: np.ndarray
+    timestamps: np.ndarray
+    dt_prev: np.ndarray
+    categorical: np.ndarray
+    numeric: np.ndarray
+    keys: np.ndarray
+    values: np.ndarray
+    query_gap: np.ndarray
+    prefix_sum: np.ndarray
+    embeddings: np.ndarray
+    config_hash: str
+    weights_sha256: str
+    has_time: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``[n]`` int64 window positions per entity."""
+        return np.diff(self.offsets)
+
+    def newest_times(self) -> np.ndarray:
+        """``[n]`` float64 time of each entity's newest event."""
+        return self.timestamps[self.offsets[1:] - 1]
+
+
+def empty_state(encoder: Encoder) -> EncoderState:
+    """A state with no entity, to build a first one from."""
+    meta, config = encoder.meta, encoder.meta.encoder
+    width = (0, config.n_layers, config.d_model)
+    return EncoderState(
+        entity_ids=pa.array([], type=pa.int64()),
+        offsets=np.zeros(1, dtype=np.int64),
+        items=np.zeros(0, dtype=np.int64),
+        timestamps=np.zeros(0, dtype=np.float64),
+        dt_prev=np.zeros(0, dtype=np.float32),
+        categorical=np.zeros((0, len(config.categorical_sizes)), dtype=np.int64),
+        numeric=np.zeros((0, config.n_numeric), dtype=np.float32),
+        keys=np.zeros(width, dtype=np.float32),
+        values=np.zeros(width, dtype=np.float32),
+        query_gap=np.zeros(0, dtype=np.float32),
+        prefix_sum=np.zeros((0, config.d_model), dtype=np.float32),
+        embeddings=np.zeros((0, config.d_model), dtype=np.float32),
+        config_hash=meta.config_hash,
+        weights_sha256=meta.weights_sha256,
+        has_time=meta.schema.timestamp is not None,
+    )
+
+
+def check_state(state: EncoderState, encoder: Encoder) -> None:
+    """Refuse a state made with another bundle (its caches hold another model's keys)."""
+    meta = encoder.meta
+    for key in ("config_hash", "weights_sha256"):
+        if getattr(state, key) != getattr(meta, key):
+            raise SeqencError(
+                f"the state was built with another model ({key} {getattr(state, key)[:12]!r}, "
+                f"the bundle's is {getattr(meta, key)[:12]!r}); build it again with Encoder.state"
+            )
+
+
+def _join(state: EncoderState, ids: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """``(all_ids, old_row, new_row)``: the sorted union of the state's and the new ids, and each
+    one's row in the state and in the new store (-1 where absent)."""
+    if not len(state):
+        return ids, np.full(len(ids), -1), np.arange(len(ids))
+    if ids.type != state.entity_ids.type:
+        try:
+            ids = ids.cast(state.entity_ids.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise SeqencError(
+                f"entity ids of the new events are {ids.type}, the state's are "
+                f"{state.entity_ids.type}: {e}"
+            ) from e
+    union = pc.unique(pa.concat_arrays([state.entity_ids, ids]))
+    union = union.take(pc.sort_indices(union))
+
+    def rows(of: pa.Array) -> np.ndarray:
+        return pc.fill_null(pc.index_in(union, value_set=of), -1).to_numpy().astype(np.int64)
+
+    return union, rows(state.entity_ids), rows(ids)
+
+
+def update_state(
+    encoder: Encoder,
+    state: EncoderState,
+    events: Source,
+    as_of: object = None,
+    on_empty: str = "raise",
+    max_tokens: int = 32768,
+) -> EncoderState:
+    """The state after ``events`` (see the module docstring); ``on_empty`` as in ``encode``."""
+    model, meta = encoder.model, encoder.meta
+    check_incremental(model)
+    check_state(state, encoder)
+    new, n_skipped = sequences(events, meta, encoder.vocabs, as_of, on_empty, None)
+    encoder._report(new, n_skipped)
+    ref = None if as_of is None else epoch_seconds(as_of)
+    ids, old_row, new_row = _join(state, new.entity_ids)
+    had, got = old_row >= 0, new_row >= 0
+    old_len, new_len = _of(state.lengths, old_row, 0), _of(new.lengths, new_row, 0)
+    old_last = _of(state.newest_times(), old_row, -np.inf)
+    first_new = new.timestamps[new.offsets[:-1]] if len(new) else np.zeros(0)
+    _check_order(ids, had & got, old_last, _of(first_new, new_row, np.inf), ref)
+
+    # The new window of every entity: the newest max_len of (state window, new events).
+    total = old_len + new_len
+    width = np.minimum(total, meta.max_len)
+    drop = total - width
+    offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
+    owner = np.repeat(np.arange(len(ids)), width)
+    at = np.arange(offsets[-1]) - offsets[owner] + drop[owner]  # index in old ++ new
+    from_old = at < old_len[owner]
+    old_src = np.where(from_old, _of(state.offsets[:-1], old_row, 0)[owner] + at, 0)
+    new_src = np.where(from_old, 0, _of(new.offsets[:-1], new_row, 0)[owner] + at - old_len[owner])
+    dt_prev = new.dt_prev.copy()
+    joins = had & got  # the first new event's gap runs from the state's newest event
+    dt_prev[new.offsets[new_row[joins]]] = (first_new[new_row[joins]] - old_last[joins]).astype(
+        np.float32
+    )
+    fresh = {
+        "items": new.items,
+        "timestamps": new.timestamps,
+        "dt_prev": dt_prev,
+        "categorical": _columns(new.categorical, meta.schema.categorical, np.int64, len(new.items)),
+        "numeric": _columns(new.numeric, meta.schema.numeric, np.float32, len(new.items)),
+    }
+    window = {
+        name: _pick(from_old, getattr(state, name), old_src, fresh[name], new_src)
+        for name in EVENT_FIELDS
+    }
+    newest = window["timestamps"][offsets[1:] - 1] if len(ids) else np.zeros(0)
+    query_gap = (np.zeros(len(ids)) if ref is None else ref - newest).astype(np.float32)
+
+    # Which entities run, and how many cached positions each keeps.
+    config = model.config
+    reads_query = config.time and config.query_time
+    old_gap = _of(state.query_gap, old_row, 0.0)
+    requery = had & (new_len == 0) & reads_query & (old_gap != query_gap)
+    run = (new_len > 0) | requery
+    keep = np.where(had & (drop == 0), old_len - 1, 0) * run + width * ~run
+    prefix_sum = np.zeros((len(ids), config.d_model), dtype=np.float32)
+    cached = had & (keep > 0)  # the running sum carries over only with the cache
+    prefix_sum[cached] = state.prefix_sum[old_row[cached]]
+    embeddings = np.zeros_like(prefix_sum)
+    embeddings[had & ~run] = state.embeddings[old_row[had & ~run]]
+    reused = np.arange(offsets[-1]) - offsets[owner] < keep[owner]
+    cache = {
+        name: _pick(reused, getattr(state, name), old_src, None, None)
+        for name in ("keys", "values")
+    }
+    rows = np.flatnonzero(run)
+    chunk = width[rows] - keep[rows]
+    order = rows[np.lexsort((width[rows], chunk))]
+    for idx in token_batches(order, 2 * width - keep, max_tokens):  # query + key tokens
+        _run_batch(
+            encoder, idx, offsets, keep, width, window, cache, query_gap, prefix_sum, embeddings
+        )
+    stats = {
+        "n_new": int((~had).sum()),
+        "n_extended": int((had & run & (drop == 0) & (new_len > 0)).sum()),
+        "n_reencoded": int((had & (drop > 0)).sum()),
+        "n_requeried": int(requery.sum()),
+        "n_unchanged": int((had & ~run).sum()),
+        "n_positions": int(chunk.sum()),
+        "n_unknown_items": new.n_unknown_items,
+        "n_skipped": n_skipped,
+        "n_unknown_categorical": new.n_unknown_categorical,
+    }
+    return EncoderState(
+        entity_ids=ids,
+        offsets=offsets,
+        **window,
+        **cache,
+        query_gap=query_gap,
+        prefix_sum=prefix_sum,
+        embeddings=embeddings,
+        config_hash=meta.config_hash,
+        weights_sha256=meta.weights_sha256,
+        has_time=state.has_time,
+        stats=stats,
+    )
+
+
+def _of(values: np.ndarray, rows: np.ndarray, fill: float) -> np.ndarray:
+    """``values[rows]``, ``fill`` where a row is -1 (absent)."""
+    out = np.full(len(rows), fill, dtype=np.result_type(values.dtype, type(fill)))
+    out[rows >= 0] = values[rows[rows >= 0]]
+    return out
+
+
+def _columns(
+    values: dict[str, np.ndarray], names: tuple[str, ...], dtype: type, n: int
+) -> np.ndarray:
+    """``[n, len(names)]`` the named feature columns side by side."""
+    if not names:
+        return np.zeros((n, 0), dtype=dtype)
+    return np.stack([values[name] for name in names], axis=-1).astype(dtype)
+
+
+def _pick(
+    from_old: np.ndarray,
+    old: np.ndarray,
+    old_src: np.ndarray,
+    new: np.ndarray | None,
+    new_src: np.ndarray | None,
+) -> np.ndarray:
+    """Rows ``old[old_src]`` where ``from_old``, else ``new[new_src]`` (zeros when ``new`` is None)."""
+    out = np.zeros((len(from_old), *old.shape[1:]), dtype=old.dtype)
+    out[from_old] = old[old_src[from_old]]
+    if new is not None:
+        out[~from_old] = new[new_src[~from_old]]
+    return out
+
+
+def _when(seconds: float) -> str:
+    return str(pd.Timestamp(seconds, unit="s", tz="UTC"))
+
+
+def _check_order(
+    ids: pa.Array, both: np.ndarray, old_last: np.ndarray, first_new: np.ndarray, ref: float | None
+) -> None:
+    """New events may not precede the state's newest event of their entity, nor ``as_of`` it."""
+    early = np.flatnonzero(both & (first_new < old_last))
+    if len(early):
+        i = early[0]
+        raise SeqencError(
+            f"{len(early)} entit{'y has' if len(early) == 1 else 'ies have'} new events older than "
+            f"their newest event in the state, e.g. entity {ids[i].as_py()!r}: {_when(first_new[i])} "
+            f"< {_when(old_last[i])}; build the state again from the whole log"
+        )
+    late = np.flatnonzero(old_last > ref) if ref is not None else []
+    if len(late):
+        i = late[0]
+        raise SeqencError(
+            f"as_of={_when(ref)} is earlier than events already in the state (entity "
+            f"{ids[i].as_py()!r} at {_when(old_last[i])}); a state cannot drop events"
+        )
+
+
+def _run_batch(
+    encoder: Encoder,
+    idx: np.ndarray,
+    offsets: np.ndarray,
+    keep: np.ndarray,
+    width: np.ndarray,
+    window: dict[str, np.ndarray],
+    cache: dict[str, np.ndarray],
+    query_gap: np.ndarray,
+    prefix_sum: np.ndarray,
+    embeddings: np.ndarray,
+) -> None:
+    """Run entities ``idx``: positions ``keep`` on of their window against the cached ones; writes
+    their embeddings, running sums and new keys / values in place."""
+    device = encoder.device
+    kept, new = keep[idx], width[idx] - keep[idx]
+    start = offsets[idx][:, None]
+
+    def gather(n: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.arange(max(int(n.max(initial=0)), 1))[None, :]
+        valid = positions < n[:, None]
+        return valid, np.where(valid, start + shift[:, None] + positions, 0)
+
+    def take(valid: np.ndarray, values: np.ndarray, at: np.ndarray) -> torch.Tensor:
+        mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
+        return torch.from_numpy(np.where(mask, values[at], 0)).to(device)
+
+    old_valid, old_at = gather(kept, np.zeros_like(kept))
+    past = KVCache(
+        keys=take(old_valid, cache["keys"], old_at).transpose(1, 2),
+        values=take(old_valid, cache["values"], old_at).transpose(1, 2),
+        lengths=torch.from_numpy(kept).to(device),
+        times=take(old_valid, window["timestamps"], old_at),
+    )
+    valid, at = gather(new, kept)
+    batch = Batch(
+        items=take(valid, window["items"], at),
+        lengths=torch.from_numpy(new).to(device),
+        dt_prev=take(valid, window["dt_prev"], at),
+        dt_ref=torch.zeros(valid.shape, dtype=torch.float32, device=device),
+        categorical=take(valid, window["categorical"], at),
+        numeric=take(valid, window["numeric"], at),
+        index=torch.from_numpy(idx),
+        dt_query=torch.from_numpy(query_gap[idx]).to(device),
+    )
+    model = encoder.model
+    hidden, keys, values = extend(model, past, batch, take(valid, window["timestamps"], at))
+    total = torch.from_numpy(width[idx]).to(device)
+    pooled, sums = readout(
+        model, hidden, batch.lengths, torch.from_numpy(prefix_sum[idx]).to(device), total
+    )
+    embeddings[idx], prefix_sum[idx] = pooled.cpu().numpy(), sums.cpu().numpy()
+    for name, out in (("keys", keys), ("values", values)):
+        cache[name][at[valid]] = (
+            out.transpose(1, 2)[torch.from_numpy(valid).to(device)].cpu().numpy()
+        )
+
+
+def build_state(
+    encoder: Encoder, events: Source, as_of: object = None, on_empty: str = "raise"
+) -> EncoderState:
+    """The state of ``events`` (an update of the empty state)."""
+    check_incremental(encoder.model)
+    return update_state(encoder, empty_state(encoder), events, as_of, on_empty)
+
+
+def state_output(encoder: Encoder, state: EncoderState, as_of: object, output: str) -> Any:
+    """The state's embeddings in ``encode``'s ``output`` form, the call's counts attached."""
+    columns = entity_table(
+        state.entity_ids, state.lengths, state.newest_times() if state.has_time else None
+    )
+    return embedding_output(
+        columns, state.embeddings.copy(), state.stats, encoder.meta, as_of, output
+    )
