@@ -24,7 +24,6 @@ device (no autocast).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,100 +36,13 @@ from seqenc.data.batches import Batch
 from seqenc.data.columns import epoch_seconds
 from seqenc.data.events import Source
 from seqenc.data.sampling import token_batches
+from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import SequenceStore
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, sequences
 from seqenc.model.cache import KVCache, check_incremental, extend, readout
 from seqenc.outputs import embedding_output, entity_table
-
-EVENT_FIELDS = ("items", "timestamps", "dt_prev", "categorical", "numeric")
-POSITION_FIELDS = (*EVENT_FIELDS, "keys", "values")
-ENTITY_FIELDS = ("query_gap", "prefix_sum", "embeddings")
-
-
-@dataclass
-class EncoderState:
-    """Per-entity caches of an incremental encode; jagged like a
-    :class:`~seqenc.data.sequences.SequenceStore` (entity ``i`` owns positions
-    ``offsets[i]:offsets[i + 1]``, oldest first, at most ``max_len``).
-
-    Attributes:
-        entity_ids: ascending.
-        offsets: ``[n + 1]`` int64.
-        items, timestamps, dt_prev: ``[P]`` the window's events (int64, float64 s, float32 s).
-        categorical, numeric: ``[P, C]`` int64 and ``[P, N]`` float32 event features.
-        keys, values: ``[P, n_layers, d]`` float32 per-layer keys (rotated) and values.
-        query_gap: ``[n]`` float32 gap from the newest event to the query time it was encoded for.
-        prefix_sum: ``[n, d]`` float32 sum of the final hidden states of all positions but the newest.
-        embeddings: ``[n, d]`` float32 current embeddings.
-        config_hash, weights_sha256: the bundle the caches belong to.
-        has_time: whether the log has timestamps.
-        stats: what the call that made this state did (``n_new``, ``n_extended``,
-            ``n_reencoded``, ``n_requeried``, ``n_unchanged`` entities; ``n_positions`` run through
-            the model; the unknown-value counts of ``encode``).
-    """
-
-    entity_ids: pa.Array
-    offsets: np.ndarray
-    items: np.ndarray
-    timestamps: np.ndarray
-    dt_prev: np.ndarray
-    categorical: np.ndarray
-    numeric: np.ndarray
-    keys: np.ndarray
-    values: np.ndarray
-    query_gap: np.ndarray
-    prefix_sum: np.ndarray
-    embeddings: np.ndarray
-    config_hash: str
-    weights_sha256: str
-    has_time: bool
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """``[n]`` int64 window positions per entity."""
-        return np.diff(self.offsets)
-
-    def newest_times(self) -> np.ndarray:
-        """``[n]`` float64 time of each entity's newest event."""
-        return self.timestamps[self.offsets[1:] - 1]
-
-
-def empty_state(encoder: Encoder) -> EncoderState:
-    """A state with no entity, to build a first one from."""
-    meta, config = encoder.meta, encoder.meta.encoder
-    width = (0, config.n_layers, config.d_model)
-    return EncoderState(
-        entity_ids=pa.array([], type=pa.int64()),
-        offsets=np.zeros(1, dtype=np.int64),
-        items=np.zeros(0, dtype=np.int64),
-        timestamps=np.zeros(0, dtype=np.float64),
-        dt_prev=np.zeros(0, dtype=np.float32),
-        categorical=np.zeros((0, len(config.categorical_sizes)), dtype=np.int64),
-        numeric=np.zeros((0, config.n_numeric), dtype=np.float32),
-        keys=np.zeros(width, dtype=np.float32),
-        values=np.zeros(width, dtype=np.float32),
-        query_gap=np.zeros(0, dtype=np.float32),
-        prefix_sum=np.zeros((0, config.d_model), dtype=np.float32),
-        embeddings=np.zeros((0, config.d_model), dtype=np.float32),
-        config_hash=meta.config_hash,
-        weights_sha256=meta.weights_sha256,
-        has_time=meta.schema.timestamp is not None,
-    )
-
-
-def check_state(state: EncoderState, encoder: Encoder) -> None:
-    """Refuse a state made with another bundle (its caches hold another model's keys)."""
-    meta = encoder.meta
-    for key in ("config_hash", "weights_sha256"):
-        if getattr(state, key) != getattr(meta, key):
-            raise SeqencError(
-                f"the state was built with another model ({key} {getattr(state, key)[:12]!r}, "
-                f"the bundle's is {getattr(meta, key)[:12]!r}); build it again with Encoder.state"
-            )
+from seqenc.state import EVENT_FIELDS, EncoderState, check_state, empty_state
 
 
 def _join(state: EncoderState, ids: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -155,20 +67,25 @@ def _join(state: EncoderState, ids: pa.Array) -> tuple[pa.Array, np.ndarray, np.
     return union, rows(state.entity_ids), rows(ids)
 
 
+@torch.inference_mode()
 def update_state(
     encoder: Encoder,
     state: EncoderState,
-    events: Source,
+    events: Source | None,
     as_of: object = None,
     on_empty: str = "raise",
     max_tokens: int = 32768,
 ) -> EncoderState:
-    """The state after ``events`` (see the module docstring); ``on_empty`` as in ``encode``."""
+    """The state after ``events`` (see the module docstring; ``None``: no new event, only a new
+    ``as_of``); ``on_empty`` as in ``encode``; ``max_tokens`` bounds each forward pass."""
     model, meta = encoder.model, encoder.meta
     check_incremental(model)
-    check_state(state, encoder)
-    new, n_skipped = sequences(events, meta, encoder.vocabs, as_of, on_empty, None)
-    encoder._report(new, n_skipped)
+    check_state(state, meta)
+    if events is None:
+        new, n_skipped = _no_events(state, meta.schema), 0
+    else:
+        new, n_skipped = sequences(events, meta, encoder.vocabs, as_of, on_empty, None)
+        encoder._report(new, n_skipped)
     ref = None if as_of is None else epoch_seconds(as_of)
     ids, old_row, new_row = _join(state, new.entity_ids)
     had, got = old_row >= 0, new_row >= 0
@@ -253,6 +170,21 @@ def update_state(
         weights_sha256=meta.weights_sha256,
         has_time=state.has_time,
         stats=stats,
+    )
+
+
+def _no_events(state: EncoderState, schema: EventSchema) -> SequenceStore:
+    """An empty store with the state's entity id type."""
+    empty = np.zeros(0)
+    return SequenceStore(
+        entity_ids=state.entity_ids[:0],
+        offsets=np.zeros(1, dtype=np.int64),
+        items=empty.astype(np.int64),
+        timestamps=empty,
+        dt_prev=empty.astype(np.float32),
+        dt_ref=empty.astype(np.float32),
+        categorical={c: empty.astype(np.int64) for c in schema.categorical},
+        numeric={c: empty.astype(np.float32) for c in schema.numeric},
     )
 
 
@@ -375,7 +307,7 @@ def build_state(
 ) -> EncoderState:
     """The state of ``events`` (an update of the empty state)."""
     check_incremental(encoder.model)
-    return update_state(encoder, empty_state(encoder), events, as_of, on_empty)
+    return update_state(encoder, empty_state(encoder.meta), events, as_of, on_empty)
 
 
 def state_output(encoder: Encoder, state: EncoderState, as_of: object, output: str) -> Any:

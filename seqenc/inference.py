@@ -42,7 +42,7 @@ from seqenc.model.encoder import SequenceEncoder
 from seqenc.outputs import Embeddings, embedding_output, entity_table
 
 if TYPE_CHECKING:
-    from seqenc.incremental import EncoderState
+    from seqenc.state import EncoderState
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
@@ -194,7 +194,6 @@ class Encoder:
         columns = entity_columns(store, np.arange(len(store)), max_len)
         return embedding_output(columns, out, counts, self.meta, as_of, output)
 
-    @torch.inference_mode()
     def state(
         self,
         events: Source,
@@ -208,18 +207,18 @@ class Encoder:
 
         return build_state(self, events, as_of, on_empty)
 
-    @torch.inference_mode()
     def update(
         self,
         state: EncoderState,
-        events: Source,
+        events: Source | None,
         as_of: object = None,
         output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
         on_empty: Literal["raise", "skip"] = "raise",
     ) -> tuple[pd.DataFrame | pa.Table | Embeddings, EncoderState]:
         """``(embeddings, new_state)``: what :meth:`encode` gives on the state's events and
         ``events`` together (every entity of both, within float rounding), running only the new
-        positions; ``state`` is left as it was. The counts of what ran are in ``new_state.stats``
+        positions; ``state`` is left as it was. ``events=None``: no new event, only a new
+        ``as_of`` (a time-aware model's embeddings move with the query time). The counts of what ran are in ``new_state.stats``
         (and the pandas attrs / arrow metadata)."""
         from seqenc.incremental import state_output, update_state
 
@@ -227,6 +226,12 @@ class Encoder:
             raise SeqencError(f"output must be one of {OUTPUTS}, got {output!r}")
         new_state = update_state(self, state, events, as_of, on_empty)
         return state_output(self, new_state, as_of, output), new_state
+
+    def load_state(self, path: str | Path) -> EncoderState:
+        """A state saved by ``EncoderState.save``; refused if another bundle made it."""
+        from seqenc.state import load_state
+
+        return load_state(path, self.meta)
 
     @torch.inference_mode()
     def recommend(

@@ -19,6 +19,7 @@ LAYERS = [
         "seqenc.callbacks",
         "seqenc.backends",
         "seqenc.outputs",
+        "seqenc.state",
         "seqenc.inference",
         "seqenc.incremental",
     ],
