@@ -135,11 +135,8 @@ def update_state(
     prefix_sum[cached] = state.prefix_sum[old_row[cached]]
     embeddings = np.zeros_like(prefix_sum)
     embeddings[had & ~run] = state.embeddings[old_row[had & ~run]]
-    reused = np.arange(offsets[-1]) - offsets[owner] < keep[owner]
-    cache = {
-        name: _pick(reused, getattr(state, name), old_src, None, None)
-        for name in ("keys", "values")
-    }
+    # Cached positions keep their keys and values; the others are written by the batches.
+    cache = {name: _take(getattr(state, name), old_src) for name in ("keys", "values")}
     rows = np.flatnonzero(run)
     chunk = width[rows] - keep[rows]
     order = rows[np.lexsort((width[rows], chunk))]
@@ -204,18 +201,24 @@ def _columns(
     return np.stack([values[name] for name in names], axis=-1).astype(dtype)
 
 
+def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``values[:, rows]`` (per-layer arrays); zeros when ``values`` has no position yet."""
+    if values.shape[1] == 0:
+        return np.zeros((values.shape[0], len(rows), *values.shape[2:]), dtype=values.dtype)
+    return np.take(values, rows, axis=1)
+
+
 def _pick(
     from_old: np.ndarray,
     old: np.ndarray,
     old_src: np.ndarray,
-    new: np.ndarray | None,
-    new_src: np.ndarray | None,
+    new: np.ndarray,
+    new_src: np.ndarray,
 ) -> np.ndarray:
-    """Rows ``old[old_src]`` where ``from_old``, else ``new[new_src]`` (zeros when ``new`` is None)."""
+    """Rows ``old[old_src]`` where ``from_old``, else ``new[new_src]``."""
     out = np.zeros((len(from_old), *old.shape[1:]), dtype=old.dtype)
     out[from_old] = old[old_src[from_old]]
-    if new is not None:
-        out[~from_old] = new[new_src[~from_old]]
+    out[~from_old] = new[new_src[~from_old]]
     return out
 
 
@@ -260,46 +263,46 @@ def _run_batch(
     their embeddings, running sums and new keys / values in place."""
     device = encoder.device
     kept, new = keep[idx], width[idx] - keep[idx]
-    start = offsets[idx][:, None]
+    n_new = max(int(new.max(initial=0)), 1)
+    slots = np.arange(int(kept.max(initial=0)) + n_new)[None, :]
+    at = offsets[idx][:, None] + np.minimum(slots, width[idx][:, None] - 1)  # [B, W] window rows
+    chunk = np.arange(n_new)[None, :]
+    valid = chunk < new[:, None]
+    rows = np.where(valid, offsets[idx][:, None] + kept[:, None] + chunk, 0)  # [B, M]
 
-    def gather(n: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        positions = np.arange(max(int(n.max(initial=0)), 1))[None, :]
-        valid = positions < n[:, None]
-        return valid, np.where(valid, start + shift[:, None] + positions, 0)
-
-    def take(valid: np.ndarray, values: np.ndarray, at: np.ndarray) -> torch.Tensor:
+    def take(values: np.ndarray) -> torch.Tensor:
         mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
-        return torch.from_numpy(np.where(mask, values[at], 0)).to(device)
+        return torch.from_numpy(np.where(mask, values[rows], 0)).to(device)
 
-    old_valid, old_at = gather(kept, np.zeros_like(kept))
     past = KVCache(
-        keys=take(old_valid, cache["keys"], old_at).transpose(1, 2),
-        values=take(old_valid, cache["values"], old_at).transpose(1, 2),
+        keys=torch.from_numpy(np.take(cache["keys"], at, axis=1)).to(device),
+        values=torch.from_numpy(np.take(cache["values"], at, axis=1)).to(device),
         lengths=torch.from_numpy(kept).to(device),
-        times=take(old_valid, window["timestamps"], old_at),
+        times=torch.from_numpy(window["timestamps"][at]).to(device),
     )
-    valid, at = gather(new, kept)
     batch = Batch(
-        items=take(valid, window["items"], at),
+        items=take(window["items"]),
         lengths=torch.from_numpy(new).to(device),
-        dt_prev=take(valid, window["dt_prev"], at),
+        dt_prev=take(window["dt_prev"]),
         dt_ref=torch.zeros(valid.shape, dtype=torch.float32, device=device),
-        categorical=take(valid, window["categorical"], at),
-        numeric=take(valid, window["numeric"], at),
+        categorical=take(window["categorical"]),
+        numeric=take(window["numeric"]),
         index=torch.from_numpy(idx),
         dt_query=torch.from_numpy(query_gap[idx]).to(device),
     )
     model = encoder.model
-    hidden, keys, values = extend(model, past, batch, take(valid, window["timestamps"], at))
-    total = torch.from_numpy(width[idx]).to(device)
+    hidden = extend(model, past, batch)
     pooled, sums = readout(
-        model, hidden, batch.lengths, torch.from_numpy(prefix_sum[idx]).to(device), total
+        model,
+        hidden,
+        batch.lengths,
+        torch.from_numpy(prefix_sum[idx]).to(device),
+        torch.from_numpy(width[idx]).to(device),
     )
     embeddings[idx], prefix_sum[idx] = pooled.cpu().numpy(), sums.cpu().numpy()
-    for name, out in (("keys", keys), ("values", values)):
-        cache[name][at[valid]] = (
-            out.transpose(1, 2)[torch.from_numpy(valid).to(device)].cpu().numpy()
-        )
+    b, i = np.nonzero(valid)
+    for name, written in (("keys", past.keys), ("values", past.values)):
+        cache[name][:, rows[b, i]] = written[:, b, kept[b] + i].cpu().numpy()
 
 
 def build_state(

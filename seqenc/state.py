@@ -39,7 +39,7 @@ class EncoderState:
         offsets: ``[n + 1]`` int64.
         items, timestamps, dt_prev: ``[P]`` the window's events (int64, float64 s, float32 s).
         categorical, numeric: ``[P, C]`` int64 and ``[P, N]`` float32 event features.
-        keys, values: ``[P, n_layers, d]`` float32 per-layer keys (rotated) and values.
+        keys, values: ``[n_layers, P, d]`` float32 per-layer keys (rotated) and values.
         query_gap: ``[n]`` float32 gap from the newest event to the query time it was encoded for.
         prefix_sum: ``[n, d]`` float32 sum of the final hidden states of all positions but the newest.
         embeddings: ``[n, d]`` float32 current embeddings.
@@ -87,7 +87,7 @@ class EncoderState:
 def empty_state(meta: BundleMeta) -> EncoderState:
     """A state with no entity, to build a first one from."""
     config = meta.encoder
-    width = (0, config.n_layers, config.d_model)
+    width = (config.n_layers, 0, config.d_model)
     return EncoderState(
         entity_ids=pa.array([], type=pa.int64()),
         offsets=np.zeros(1, dtype=np.int64),
@@ -213,8 +213,8 @@ def _check_shapes(state: EncoderState, meta: BundleMeta, where: str) -> None:
         "dt_prev": (positions,),
         "categorical": (positions, len(config.categorical_sizes)),
         "numeric": (positions, config.n_numeric),
-        "keys": (positions, config.n_layers, config.d_model),
-        "values": (positions, config.n_layers, config.d_model),
+        "keys": (config.n_layers, positions, config.d_model),
+        "values": (config.n_layers, positions, config.d_model),
         "query_gap": (n,),
         "prefix_sum": (n, config.d_model),
         "embeddings": (n, config.d_model),

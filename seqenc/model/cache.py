@@ -28,13 +28,17 @@ from seqenc.model.encoder import SequenceEncoder
 
 @dataclass
 class KVCache:
-    """Keys and values of the cached positions of a batch of histories.
+    """Keys and values of a batch of histories, with room for the positions being added.
+
+    Row ``b`` holds ``lengths[b]`` cached positions; slots from ``lengths[b]`` on are free (any
+    finite values) and :func:`extend` writes the new positions' keys and values there, in place.
 
     Attributes:
-        keys: ``[B, n_layers, K, d]`` per-layer keys, heads concatenated, rotary positions applied.
-        values: ``[B, n_layers, K, d]`` per-layer values.
-        lengths: ``[B]`` int64 cached positions per row (the rest of ``K`` is padding).
-        times: ``[B, K]`` float64 event times in seconds (read only by a time-bias model).
+        keys: ``[n_layers, B, W, d]`` per-layer keys, heads concatenated, rotary positions applied.
+        values: ``[n_layers, B, W, d]`` per-layer values.
+        lengths: ``[B]`` int64 cached positions per row.
+        times: ``[B, W]`` float64 event time of every position, cached and new (read only by a
+            time-bias model).
     """
 
     keys: Tensor
@@ -58,29 +62,19 @@ def check_incremental(model: SequenceEncoder) -> None:
         )
 
 
-def _append(cached: Tensor, lengths: Tensor, new: Tensor, width: int) -> Tensor:
-    """``[B, width, ...]``: each row's ``cached`` entries, ``new`` written from ``lengths[b]`` on."""
-    out = new.new_zeros(new.shape[0], width, *new.shape[2:])
-    out[:, : cached.shape[1]] = cached
-    at = lengths[:, None] + torch.arange(new.shape[1], device=new.device)[None, :]
-    out.scatter_(1, at.view(*at.shape, *[1] * (new.dim() - 2)).expand_as(new), new)
-    return out
-
-
-def extend(
-    model: SequenceEncoder, cache: KVCache, batch: Batch, times: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(hidden, keys, values)`` of the positions in ``batch``, which follow the cached ones.
+def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
+    """``[B, M, d]`` final hidden states (after the final LayerNorm) of the positions in ``batch``,
+    which follow the cached ones; their keys and values are written into ``cache``.
 
     ``batch`` holds, per row, the inputs of positions ``cache.lengths[b]`` on (right-padded,
-    query gaps included); ``times`` (``[B, M]`` float64) their event times. Returns the final
-    hidden states ``[B, M, d]`` (after the final LayerNorm) and the new positions' keys and values
-    ``[B, n_layers, M, d]`` to append to the cache. Runs the model as in eval mode (no dropout).
+    query gaps included); ``cache`` must have room for them (``W >= lengths + M``). Runs the model
+    as in eval mode (no dropout).
     """
     config = model.config
     rows, width = batch.items.shape
-    positions = cache.lengths[:, None] + torch.arange(width, device=batch.items.device)[None, :]
-    positions = positions.clamp(max=config.max_len)  # padding rows past the table stay finite
+    device = batch.items.device
+    slots = cache.lengths[:, None] + torch.arange(width, device=device)[None, :]  # [B, M]
+    positions = slots.clamp(max=config.max_len)  # padding rows past the table stay finite
     x = model.embed(
         batch.items,
         batch.padding_mask,
@@ -91,33 +85,27 @@ def extend(
         batch.numeric,
         positions,
     )
-    total = cache.keys.shape[2] + width
-    key_positions = torch.arange(total, device=x.device)
-    mask = (key_positions[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, M, total]
+    total = cache.keys.shape[2]
+    slots = slots.clamp(max=total - 1)
+    mask = (torch.arange(total, device=device)[None, None, :] <= slots[:, :, None])[:, None]
     buckets = None
     if config.time and config.time_bias:
-        key_times = _append(cache.times, cache.lengths, times, total)
-        gaps = (times[:, :, None] - key_times[:, None, :]).abs()
+        gaps = (cache.times.gather(1, slots)[:, :, None] - cache.times[:, None, :]).abs()
         buckets = time_bucket(gaps, config.n_time_buckets)
-    keys, values = [], []
+    at = slots[:, :, None].expand(-1, -1, config.d_model)
     for layer, block in enumerate(model.blocks):
         q, k, v = block.attn.project(block.ln_attn(x), model.rope, positions)
-        k, v = (t.transpose(1, 2).reshape(rows, width, -1) for t in (k, v))
-        keys.append(k)
-        values.append(v)
-        all_k, all_v = (
-            _append(past[:, layer], cache.lengths, new, total)
-            .view(rows, total, config.n_heads, -1)
-            .transpose(1, 2)
-            for past, new in ((cache.keys, k), (cache.values, v))
-        )
+        heads = []
+        for store, new in ((cache.keys[layer], k), (cache.values[layer], v)):
+            store.scatter_(1, at, new.transpose(1, 2).reshape(rows, width, -1))
+            heads.append(store.view(rows, total, config.n_heads, -1).transpose(1, 2))
         layer_mask = mask
         if buckets is not None:
             bias = block.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
             layer_mask = bias.masked_fill(~mask, float("-inf"))
-        y = scaled_dot_product_attention(q, all_k, all_v, attn_mask=layer_mask, dropout_p=0.0)
+        y = scaled_dot_product_attention(q, *heads, attn_mask=layer_mask, dropout_p=0.0)
         x = block.feed_forward(x + block.attn.merge(y))
-    return model.ln_final(x), torch.stack(keys, dim=1), torch.stack(values, dim=1)
+    return model.ln_final(x)
 
 
 def readout(
