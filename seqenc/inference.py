@@ -33,7 +33,7 @@ from seqenc.backends import ONNX_FILE, Backend, OnnxRuntimeBackend, TorchBackend
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.batches import Batch, collate
 from seqenc.data.events import Events, Source, read_events
-from seqenc.data.sampling import BucketBatchSampler
+from seqenc.data.sampling import token_batches
 from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
 from seqenc.data.split import full_view
 from seqenc.data.vocab import N_SPECIAL, Vocabularies
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
 ON_EMPTY = ("raise", "skip")
 BACKENDS = ("torch", "onnxruntime")
+MAX_TOKENS = 16384  # padded positions per forward pass (see bench_encode.py)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,15 +95,19 @@ def iter_batches(
     rank: int = 0,
     world_size: int = 1,
     with_seen: bool = False,
+    max_tokens: int = MAX_TOKENS,
 ) -> Iterator[Batch]:
-    """Length-sorted batches of whole histories (newest ``max_len`` events); ``Batch.index`` is the
-    store row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
+    """Length-sorted batches of whole histories (newest ``max_len`` events), each at most
+    ``batch_size`` histories and ``max_tokens`` padded positions (:func:`token_batches`), so
+    mixed lengths are not padded to the longest of a large batch; ``Batch.index`` is the store
+    row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
     cover every entity exactly once."""
+    if batch_size < 1 or max_tokens < 1:
+        raise SeqencError(f"batch_size and max_tokens must be >= 1, got {batch_size}, {max_tokens}")
     view = full_view(store)
-    sampler = BucketBatchSampler(
-        view.lengths, batch_size, shuffle=False, rank=rank, world_size=world_size, even_shards=False
-    )
-    for idx in sampler:
+    lengths = np.minimum(view.lengths, max_len)
+    batches = token_batches(np.argsort(lengths, kind="stable"), lengths, max_tokens, batch_size)
+    for idx in batches[rank::world_size]:
         yield collate(view, idx, max_len, with_seen=with_seen)
 
 
@@ -161,6 +166,7 @@ class Encoder:
         batch_size: int = 256,
         output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
         on_empty: Literal["raise", "skip"] = "raise",
+        max_tokens: int = MAX_TOKENS,
     ) -> pd.DataFrame | pa.Table | Embeddings:
         """One embedding per entity of ``events``, entities in ascending id order.
 
@@ -171,7 +177,8 @@ class Encoder:
                 event to ``as_of`` is a model input, as the next event's time is in training).
                 Default: each entity's newest event (a gap of 0, "right after the last event"), so
                 an embedding never depends on the other entities in the call.
-            batch_size: histories per forward pass (does not change the result).
+            batch_size, max_tokens: at most this many histories and padded positions per forward
+                pass (neither changes the result).
             output: ``"pandas"`` (columns ``entity_id``, ``embedding`` (float32 arrays),
                 ``n_events``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
                 columns as the Parquet export, counts in the schema metadata), ``"numpy"`` or
@@ -184,7 +191,7 @@ class Encoder:
         store, n_skipped = sequences(events, self.meta, self.vocabs, as_of, on_empty, max_len)
         self._report(store, n_skipped)
         out = np.zeros((len(store), self.dim), dtype=np.float32)
-        for batch in iter_batches(store, max_len, batch_size):
+        for batch in iter_batches(store, max_len, batch_size, max_tokens=max_tokens):
             out[batch.index.numpy()] = self.backend.embed(batch)
         counts = {
             "n_unknown_items": store.n_unknown_items,
