@@ -93,17 +93,22 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
         gaps = (cache.times.gather(1, slots)[:, :, None] - cache.times[:, None, :]).abs()
         buckets = time_bucket(gaps, config.n_time_buckets)
     at = slots[:, :, None].expand(-1, -1, config.d_model)
+    fresh = not bool(cache.lengths.any())
     for layer, block in enumerate(model.blocks):
         q, k, v = block.attn.project(block.ln_attn(x), model.rope, positions)
         heads = []
         for store, new in ((cache.keys[layer], k), (cache.values[layer], v)):
             store.scatter_(1, at, new.transpose(1, 2).reshape(rows, width, -1))
             heads.append(store.view(rows, total, config.n_heads, -1).transpose(1, 2))
-        layer_mask = mask
         if buckets is not None:
             bias = block.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
-            layer_mask = bias.masked_fill(~mask, float("-inf"))
-        y = scaled_dot_product_attention(q, *heads, attn_mask=layer_mask, dropout_p=0.0)
+            y = scaled_dot_product_attention(
+                q, *heads, attn_mask=bias.masked_fill(~mask, -torch.inf)
+            )
+        elif fresh:  # nothing cached: plain causal attention over the new positions (fused kernel)
+            y = scaled_dot_product_attention(q, *(h[:, :, :width] for h in heads), is_causal=True)
+        else:
+            y = scaled_dot_product_attention(q, *heads, attn_mask=mask)
         x = block.feed_forward(x + block.attn.merge(y))
     return model.ln_final(x)
 
