@@ -274,9 +274,14 @@ def _run_batch(
         mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
         return torch.from_numpy(np.where(mask, values[rows], 0)).to(device)
 
+    def cached(values: np.ndarray) -> torch.Tensor:  # nothing to gather when nothing is kept
+        if not kept.any():
+            return torch.empty(values.shape[0], *at.shape, values.shape[2], device=device)
+        return torch.from_numpy(np.take(values, at, axis=1)).to(device)
+
     past = KVCache(
-        keys=torch.from_numpy(np.take(cache["keys"], at, axis=1)).to(device),
-        values=torch.from_numpy(np.take(cache["values"], at, axis=1)).to(device),
+        keys=cached(cache["keys"]),
+        values=cached(cache["values"]),
         lengths=torch.from_numpy(kept).to(device),
         times=torch.from_numpy(window["timestamps"][at]).to(device),
     )

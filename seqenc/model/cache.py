@@ -98,7 +98,11 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
         q, k, v = block.attn.project(block.ln_attn(x), model.rope, positions)
         heads = []
         for store, new in ((cache.keys[layer], k), (cache.values[layer], v)):
-            store.scatter_(1, at, new.transpose(1, 2).reshape(rows, width, -1))
+            flat = new.transpose(1, 2).reshape(rows, width, -1)
+            if fresh:
+                store[:, :width] = flat
+            else:
+                store.scatter_(1, at, flat)
             heads.append(store.view(rows, total, config.n_heads, -1).transpose(1, 2))
         if buckets is not None:
             bias = block.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
@@ -106,7 +110,7 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
                 q, *heads, attn_mask=bias.masked_fill(~mask, -torch.inf)
             )
         elif fresh:  # nothing cached: plain causal attention over the new positions (fused kernel)
-            y = scaled_dot_product_attention(q, *(h[:, :, :width] for h in heads), is_causal=True)
+            y = scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = scaled_dot_product_attention(q, *heads, attn_mask=mask)
         x = block.feed_forward(x + block.attn.merge(y))
