@@ -39,7 +39,7 @@ from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
 from seqenc.errors import SeqencError
-from seqenc.inference import Encoder, sequences
+from seqenc.inference import MAX_TOKENS, Encoder, sequences
 from seqenc.model.cache import KVCache, check_incremental, extend, readout
 from seqenc.outputs import embedding_output, entity_table
 from seqenc.state import EVENT_FIELDS, EncoderState, check_state, empty_state
@@ -74,10 +74,11 @@ def update_state(
     events: Source | None,
     as_of: object = None,
     on_empty: str = "raise",
-    max_tokens: int = 32768,
+    max_tokens: int = 2 * MAX_TOKENS,
 ) -> EncoderState:
     """The state after ``events`` (see the module docstring; ``None``: no new event, only a new
-    ``as_of``); ``on_empty`` as in ``encode``; ``max_tokens`` bounds each forward pass."""
+    ``as_of``); ``on_empty`` as in ``encode``; ``max_tokens`` bounds the query plus key positions
+    of each forward pass."""
     model, meta = encoder.model, encoder.meta
     check_incremental(model)
     check_state(state, meta)
