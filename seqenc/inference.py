@@ -18,12 +18,10 @@ stays on torch.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -35,17 +33,22 @@ from seqenc.backends import ONNX_FILE, Backend, OnnxRuntimeBackend, TorchBackend
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.batches import Batch, collate
 from seqenc.data.events import Events, Source, read_events
-from seqenc.data.sampling import BucketBatchSampler
+from seqenc.data.sampling import token_batches
 from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
 from seqenc.data.split import full_view
 from seqenc.data.vocab import N_SPECIAL, Vocabularies
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
+from seqenc.outputs import Embeddings, embedding_output, entity_table
+
+if TYPE_CHECKING:
+    from seqenc.state import EncoderState
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
 ON_EMPTY = ("raise", "skip")
 BACKENDS = ("torch", "onnxruntime")
+MAX_TOKENS = 4096  # padded positions per forward pass: cache-sized batches run fastest on a CPU
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,15 +95,19 @@ def iter_batches(
     rank: int = 0,
     world_size: int = 1,
     with_seen: bool = False,
+    max_tokens: int = MAX_TOKENS,
 ) -> Iterator[Batch]:
-    """Length-sorted batches of whole histories (newest ``max_len`` events); ``Batch.index`` is the
-    store row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
+    """Length-sorted batches of whole histories (newest ``max_len`` events), each at most
+    ``batch_size`` histories and ``max_tokens`` padded positions (:func:`token_batches`), so
+    mixed lengths are not padded to the longest of a large batch; ``Batch.index`` is the store
+    row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
     cover every entity exactly once."""
+    if batch_size < 1 or max_tokens < 1:
+        raise SeqencError(f"batch_size and max_tokens must be >= 1, got {batch_size}, {max_tokens}")
     view = full_view(store)
-    sampler = BucketBatchSampler(
-        view.lengths, batch_size, shuffle=False, rank=rank, world_size=world_size, even_shards=False
-    )
-    for idx in sampler:
+    lengths = np.minimum(view.lengths, max_len)
+    batches = token_batches(np.argsort(lengths, kind="stable"), lengths, max_tokens, batch_size)
+    for idx in batches[rank::world_size]:
         yield collate(view, idx, max_len, with_seen=with_seen)
 
 
@@ -108,72 +115,15 @@ def entity_columns(store: SequenceStore, rows: np.ndarray, max_len: int) -> pa.T
     """``entity_id``, ``n_events`` (history length fed to the model) and ``last_event_time`` of
     store ``rows``; ``last_event_time`` is null when the log has no times."""
     ends = store.offsets[rows + 1]
-    n_events = np.minimum(ends - store.offsets[rows], max_len).astype(np.int32)
-    time_type = pa.timestamp("us", tz="UTC")
-    if store.has_time:
-        micros = np.round(store.timestamps[np.maximum(ends - 1, 0)] * 1e6).astype(np.int64)
-        last = pa.array(micros, type=pa.int64()).cast(time_type)
-    else:
-        last = pa.nulls(len(rows), time_type)
-    return pa.table(
-        {
-            "entity_id": store.entity_ids.take(pa.array(rows)),
-            "n_events": pa.array(n_events),
-            "last_event_time": last,
-        }
+    return entity_table(
+        store.entity_ids.take(pa.array(rows)),
+        np.minimum(ends - store.offsets[rows], max_len),
+        store.timestamps[np.maximum(ends - 1, 0)] if store.has_time else None,
     )
-
-
-def with_embeddings(columns: pa.Table, embeddings: np.ndarray) -> pa.Table:
-    """Insert ``embedding`` (``fixed_size_list<float32>[d]``) as the second column."""
-    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
-    flat = pa.array(embeddings.reshape(-1), type=pa.float32())
-    column = pa.FixedSizeListArray.from_arrays(flat, type=embedding_type(embeddings.shape[1]))
-    return columns.add_column(1, "embedding", column)
-
-
-def embedding_type(dim: int) -> pa.DataType:
-    """``fixed_size_list<float32>[dim]``: one embedding per row."""
-    return pa.list_(pa.float32(), dim)
-
-
-def file_metadata(meta: BundleMeta, as_of: object) -> dict[str, str]:
-    """Key-value metadata written with every embedding table and Parquet file."""
-    return {
-        "seqenc.model": meta.name,
-        "seqenc.version": meta.seqenc_version,
-        "seqenc.config_hash": meta.config_hash,
-        "seqenc.weights_sha256": meta.weights_sha256,
-        "seqenc.dim": str(meta.dim),
-        "seqenc.as_of": "" if as_of is None else str(as_of),
-    }
 
 
 # ---------------------------------------------------------------------------------------------
 # Public API
-
-
-@dataclass
-class Embeddings:
-    """``encode(..., output="numpy" | "torch")``: row ``i`` of every field is one entity.
-
-    Attributes:
-        entity_ids: original ids (int64 or object array of str), ascending.
-        embeddings: ``[n, d]`` float32 (numpy array or torch tensor).
-        n_events: events of each history fed to the model.
-        last_event_time: ``datetime64[us]`` UTC of each entity's last event (NaT without times).
-        n_unknown_items: events whose item the model never saw (encoded as UNK).
-        n_skipped: entities left out for having no event at or before ``as_of``.
-        n_unknown_categorical: per categorical column, events whose value the model never saw.
-    """
-
-    entity_ids: np.ndarray
-    embeddings: np.ndarray | torch.Tensor
-    n_events: np.ndarray
-    last_event_time: np.ndarray
-    n_unknown_items: int
-    n_skipped: int
-    n_unknown_categorical: dict[str, int] = field(default_factory=dict)
 
 
 class Encoder:
@@ -216,6 +166,7 @@ class Encoder:
         batch_size: int = 256,
         output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
         on_empty: Literal["raise", "skip"] = "raise",
+        max_tokens: int = MAX_TOKENS,
     ) -> pd.DataFrame | pa.Table | Embeddings:
         """One embedding per entity of ``events``, entities in ascending id order.
 
@@ -226,7 +177,8 @@ class Encoder:
                 event to ``as_of`` is a model input, as the next event's time is in training).
                 Default: each entity's newest event (a gap of 0, "right after the last event"), so
                 an embedding never depends on the other entities in the call.
-            batch_size: histories per forward pass (does not change the result).
+            batch_size, max_tokens: at most this many histories and padded positions per forward
+                pass (neither changes the result).
             output: ``"pandas"`` (columns ``entity_id``, ``embedding`` (float32 arrays),
                 ``n_events``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
                 columns as the Parquet export, counts in the schema metadata), ``"numpy"`` or
@@ -239,31 +191,54 @@ class Encoder:
         store, n_skipped = sequences(events, self.meta, self.vocabs, as_of, on_empty, max_len)
         self._report(store, n_skipped)
         out = np.zeros((len(store), self.dim), dtype=np.float32)
-        for batch in iter_batches(store, max_len, batch_size):
+        for batch in iter_batches(store, max_len, batch_size, max_tokens=max_tokens):
             out[batch.index.numpy()] = self.backend.embed(batch)
-        columns = entity_columns(store, np.arange(len(store)), max_len)
         counts = {
             "n_unknown_items": store.n_unknown_items,
             "n_skipped": n_skipped,
             "n_unknown_categorical": store.n_unknown_categorical,
         }
-        if output in ("numpy", "torch"):
-            return Embeddings(
-                entity_ids=columns["entity_id"].to_numpy(zero_copy_only=False),
-                embeddings=torch.from_numpy(out) if output == "torch" else out,
-                n_events=columns["n_events"].to_numpy(),
-                last_event_time=columns["last_event_time"].cast(pa.timestamp("us")).to_numpy(False),
-                **counts,
-            )
-        table = with_embeddings(columns, out)
-        metadata = file_metadata(self.meta, as_of) | {
-            f"seqenc.{k}": json.dumps(v) for k, v in counts.items()
-        }
-        if output == "arrow":
-            return table.replace_schema_metadata(metadata)
-        df = table.to_pandas()
-        df.attrs.update(counts | {"model": self.meta.name, "config_hash": self.meta.config_hash})
-        return df
+        columns = entity_columns(store, np.arange(len(store)), max_len)
+        return embedding_output(columns, out, counts, self.meta, as_of, output)
+
+    def state(
+        self,
+        events: Source,
+        as_of: object = None,
+        on_empty: Literal["raise", "skip"] = "raise",
+    ) -> EncoderState:
+        """Encode ``events`` keeping what :meth:`update` needs to extend each history (causal
+        models; see :mod:`seqenc.incremental`). The embeddings: ``state_output``, or the next
+        :meth:`update`. Runs the torch model in float32 whatever the backend."""
+        from seqenc.incremental import build_state
+
+        return build_state(self, events, as_of, on_empty)
+
+    def update(
+        self,
+        state: EncoderState,
+        events: Source | None,
+        as_of: object = None,
+        output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
+        on_empty: Literal["raise", "skip"] = "raise",
+    ) -> tuple[pd.DataFrame | pa.Table | Embeddings, EncoderState]:
+        """``(embeddings, new_state)``: what :meth:`encode` gives on the state's events and
+        ``events`` together (every entity of both, within float rounding), running only the new
+        positions; ``state`` is left as it was. ``events=None``: no new event, only a new
+        ``as_of`` (a time-aware model's embeddings move with the query time). The counts of what ran are in ``new_state.stats``
+        (and the pandas attrs / arrow metadata)."""
+        from seqenc.incremental import state_output, update_state
+
+        if output not in OUTPUTS:
+            raise SeqencError(f"output must be one of {OUTPUTS}, got {output!r}")
+        new_state = update_state(self, state, events, as_of, on_empty)
+        return state_output(self, new_state, as_of, output), new_state
+
+    def load_state(self, path: str | Path) -> EncoderState:
+        """A state saved by ``EncoderState.save``; refused if another bundle made it."""
+        from seqenc.state import load_state
+
+        return load_state(path, self.meta)
 
     @torch.inference_mode()
     def recommend(

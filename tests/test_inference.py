@@ -48,6 +48,14 @@ def test_invariant_to_batch_size_and_other_entities(encoder, events):
             np.testing.assert_allclose(vector, reference[entity], rtol=0, atol=1e-5)
 
 
+def test_token_budget_batches_equal_one_by_one_encoding(encoder, events):
+    one_by_one = encoder.encode(events, batch_size=1, output="numpy")
+    for max_tokens in (1, 50, 333, 10**6):
+        got = encoder.encode(events, max_tokens=max_tokens, output="numpy")
+        np.testing.assert_array_equal(got.entity_ids, one_by_one.entity_ids)
+        np.testing.assert_allclose(got.embeddings, one_by_one.embeddings, rtol=0, atol=1e-5)
+
+
 def test_two_calls_are_identical_despite_dropout(encoder, events):
     assert encoder.model.config.dropout > 0
     a = encoder.encode(events, output="torch")

@@ -14,7 +14,15 @@ LAYERS = [
     ["seqenc.errors", "seqenc.version", "seqenc.atomic", "seqenc.metrics", "seqenc.model"],
     ["seqenc.data"],
     ["seqenc.bundle", "seqenc.baselines"],
-    ["seqenc.module", "seqenc.callbacks", "seqenc.backends", "seqenc.inference"],
+    [
+        "seqenc.module",
+        "seqenc.callbacks",
+        "seqenc.backends",
+        "seqenc.outputs",
+        "seqenc.state",
+        "seqenc.inference",
+        "seqenc.incremental",
+    ],
     ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
     ["seqenc.cli", "seqenc.cli_support"],
 ]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from seqenc.data.sampling import BucketBatchSampler
+from seqenc.data.sampling import BucketBatchSampler, token_batches
 
 
 def _lengths(n=1000, seed=0):
@@ -52,3 +52,21 @@ def test_shards_are_disjoint(even):
             lengths, 10, shuffle=even, rank=r, world_size=3, even_shards=even
         )
         assert len(s) == len(sampler)
+
+
+@pytest.mark.parametrize(("max_tokens", "max_rows"), [(1, None), (64, None), (500, 7), (10**6, 30)])
+def test_token_batches_cover_in_order_within_budget_and_greedily(max_tokens, max_rows):
+    width = _lengths(300)
+    order = np.argsort(width, kind="stable")
+    batches = token_batches(order, width, max_tokens, max_rows)
+    np.testing.assert_array_equal(np.concatenate(batches), order)
+    rows = max_rows or len(order)
+
+    def padded(batch):
+        return len(batch) * max(int(width[batch].max()), 1)
+
+    for batch, following in zip(batches, batches[1:] + [None], strict=True):
+        assert len(batch) <= rows
+        assert len(batch) == 1 or padded(batch) <= max_tokens
+        if following is not None and len(batch) < rows:  # the next row would not have fitted
+            assert padded(np.append(batch, following[0])) > max_tokens

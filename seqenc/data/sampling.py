@@ -90,3 +90,25 @@ class BucketBatchSampler:
         if self.even_shards:
             return n_batches // self.world_size
         return len(range(self.rank, n_batches, self.world_size))
+
+
+def token_batches(
+    order: np.ndarray, width: np.ndarray, max_tokens: int, max_rows: int | None = None
+) -> list[np.ndarray]:
+    """Cut ``order`` (row indices, sorted by the caller, e.g. by length) into consecutive batches
+    whose padded size ``len(batch) * max(width[batch])`` stays within ``max_tokens`` (a row wider
+    than the budget gets a batch of its own) and that hold at most ``max_rows`` rows: batches are
+    bounded by tokens, not rows, so short rows travel many to a batch and long ones few."""
+    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
+        raise ValueError(f"max_tokens and max_rows must be >= 1, got {max_tokens}, {max_rows}")
+    order = np.asarray(order, dtype=np.int64)
+    widths = np.maximum(np.asarray(width, dtype=np.int64)[order], 1)
+    most = max_tokens if max_rows is None else min(max_tokens, max_rows)
+    batches, start = [], 0
+    while start < len(order):
+        ahead = widths[start : start + most]
+        padded = np.arange(1, len(ahead) + 1) * np.maximum.accumulate(ahead)
+        size = max(1, int(np.searchsorted(padded, max_tokens, side="right")))
+        batches.append(order[start : start + size])
+        start += size
+    return batches

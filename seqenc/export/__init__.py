@@ -52,7 +52,8 @@ from seqenc.export.partition import partition_of
 from seqenc.export.predict import EmbeddingModule, ExportDataModule
 from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
-from seqenc.inference import BACKENDS, ON_EMPTY, file_metadata
+from seqenc.inference import BACKENDS, ON_EMPTY
+from seqenc.outputs import file_metadata
 
 __all__ = ["export_embeddings", "output_schema", "partition_of"]
 

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from seqenc.atomic import move_into_place
 from seqenc.data.batches import Batch
 from seqenc.export.scratch import Scratch
-from seqenc.inference import embedding_type, with_embeddings
+from seqenc.outputs import embedding_type, with_embeddings
 
 
 def output_schema(entity_type: pa.DataType, dim: int, metadata: dict[str, str]) -> pa.Schema:

@@ -51,6 +51,25 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
+    def project(
+        self, x: Tensor, rope: RotaryEmbedding | None = None, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(q, k, v)``, each ``[B, H, L, head_dim]``, rotary positions applied to q and k
+        (``positions``: ``[B, L]``, default ``0 … L-1``)."""
+        batch, length, d_model = x.shape
+        q, k, v = (
+            t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
+            for t in self.qkv(x).split(d_model, dim=-1)
+        )
+        if rope is not None:
+            q, k = rope(q, positions), rope(k, positions)
+        return q, k, v
+
+    def merge(self, y: Tensor) -> Tensor:
+        """``[B, L, d]`` output projection of the per-head attention outputs ``y`` ``[B, H, L, hd]``."""
+        batch, _, length, _ = y.shape
+        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+
     def forward(
         self,
         x: Tensor,
@@ -60,13 +79,7 @@ class SelfAttention(nn.Module):
     ) -> Tensor:
         """``x``: ``[B, L, d]``; ``mask``: from :func:`key_padding_mask` (bidirectional only) or a
         float bias from :func:`time_bias_mask` (either attention; replaces ``is_causal``)."""
-        batch, length, d_model = x.shape
-        q, k, v = (
-            t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
-            for t in self.qkv(x).split(d_model, dim=-1)
-        )
-        if rope is not None:
-            q, k = rope(q), rope(k)
+        q, k, v = self.project(x, rope)
         bias = mask is not None and mask.is_floating_point()
         if bias:
             mask = mask.to(q.dtype)
@@ -79,4 +92,4 @@ class SelfAttention(nn.Module):
             dropout_p=0.0,
             is_causal=use_causal,
         )
-        return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
+        return self.merge(y)

@@ -82,11 +82,17 @@ class TokenEmbedding(nn.Module):
         dt_query: Tensor,
         categorical: Tensor,
         numeric: Tensor,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """``[B, L, d]`` token vectors (before dropout); ``dt_query`` is ``[B, L]`` query gaps."""
+        """``[B, L, d]`` token vectors (before dropout); ``dt_query`` is ``[B, L]`` query gaps.
+
+        ``positions``: ``[B, L]`` position of each token in its history (default ``0 … L-1``; an
+        incremental encode passes the positions after the cached ones)."""
         x = self.item(items)
         if self.position is not None:
-            x = x + self.position(torch.arange(items.shape[1], device=items.device))
+            if positions is None:
+                positions = torch.arange(items.shape[1], device=items.device)
+            x = x + self.position(positions)
         pad = torch.full_like(items, self.n_time_buckets)
         for table, gaps in (
             (self.dt_prev, dt_prev),
@@ -131,10 +137,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Rotate ``x`` of shape ``[B, H, L, head_dim]`` by its position along ``L``."""
-        length = x.shape[-2]
-        cos, sin = self.cos[:length], self.sin[:length]
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Rotate ``x`` of shape ``[B, H, L, head_dim]`` by its position along ``L``, or by
+        ``positions`` (``[B, L]``) when given."""
+        if positions is None:
+            length = x.shape[-2]
+            cos, sin = self.cos[:length], self.sin[:length]
+        else:
+            cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
         first, second = x.float().chunk(2, dim=-1)
         rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
         return rotated.to(x.dtype)

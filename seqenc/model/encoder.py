@@ -131,6 +131,10 @@ class Block(nn.Module):
             bias = self.time_bias(gaps).permute(0, 3, 1, 2)  # [B, H, L, L]
             mask = time_bias_mask(bias, lengths, causal)
         x = x + self.drop(self.attn(self.ln_attn(x), causal, mask, rope))
+        return self.feed_forward(x)
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        """The second residual branch: ``x + Drop(FFN(LN(x)))``."""
         return x + self.drop(self.ffn["out"](F.gelu(self.ffn["up"](self.ln_ffn(x)))))
 
 

@@ -1,0 +1,329 @@
+"""Incremental encoding: extend each entity's encoded history with new events instead of
+re-encoding it (causal models only; the torch part is :mod:`seqenc.model.cache`).
+
+:meth:`Encoder.state <seqenc.inference.Encoder.state>` encodes a log once and keeps, per entity, the
+events of its window (the newest ``max_len``), every layer's keys and values there, the running sum
+of the final hidden states (mean pooling) and the embedding. :meth:`Encoder.update
+<seqenc.inference.Encoder.update>` then gives the embeddings :meth:`Encoder.encode
+<seqenc.inference.Encoder.encode>` would give on the old and new events together:
+
+- an entity with new events whose window still fits ``max_len`` is *extended*: its previous newest
+  position (whose query gap becomes the gap to the first new event) and the new events run against
+  the cached keys and values of the older positions. Exact up to float rounding.
+- an entity whose window would pass ``max_len`` is *re-encoded*: its newest ``max_len`` events
+  (kept in the state) run from scratch, as ``encode`` does; every learned position and every
+  older position's attention changes when the window slides, so no cache survives (counted as
+  ``n_reencoded``).
+- an entity without new events keeps its embedding, unless the model reads the query time and
+  ``as_of`` moved it: then only its newest position is recomputed (``n_requeried``).
+
+New events must not be older than the entity's newest event in the state (one at the same time
+goes after it), and ``as_of`` not earlier than any event in it. Runs in float32 on the encoder's
+device (no autocast).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from seqenc.data.batches import Batch
+from seqenc.data.columns import epoch_seconds
+from seqenc.data.events import Source
+from seqenc.data.sampling import token_batches
+from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import SequenceStore
+from seqenc.errors import SeqencError
+from seqenc.inference import MAX_TOKENS, Encoder, sequences
+from seqenc.model.cache import KVCache, check_incremental, extend, readout
+from seqenc.outputs import embedding_output, entity_table
+from seqenc.state import EVENT_FIELDS, EncoderState, check_state, empty_state
+
+
+def _join(state: EncoderState, ids: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """``(all_ids, old_row, new_row)``: the sorted union of the state's and the new ids, and each
+    one's row in the state and in the new store (-1 where absent)."""
+    if not len(state):
+        return ids, np.full(len(ids), -1), np.arange(len(ids))
+    if ids.type != state.entity_ids.type:
+        try:
+            ids = ids.cast(state.entity_ids.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise SeqencError(
+                f"entity ids of the new events are {ids.type}, the state's are "
+                f"{state.entity_ids.type}: {e}"
+            ) from e
+    union = pc.unique(pa.concat_arrays([state.entity_ids, ids]))
+    union = union.take(pc.sort_indices(union))
+
+    def rows(of: pa.Array) -> np.ndarray:
+        return pc.fill_null(pc.index_in(union, value_set=of), -1).to_numpy().astype(np.int64)
+
+    return union, rows(state.entity_ids), rows(ids)
+
+
+@torch.inference_mode()
+def update_state(
+    encoder: Encoder,
+    state: EncoderState,
+    events: Source | None,
+    as_of: object = None,
+    on_empty: str = "raise",
+    max_tokens: int = 2 * MAX_TOKENS,
+) -> EncoderState:
+    """The state after ``events`` (see the module docstring; ``None``: no new event, only a new
+    ``as_of``); ``on_empty`` as in ``encode``; ``max_tokens`` bounds the query plus key positions
+    of each forward pass."""
+    model, meta = encoder.model, encoder.meta
+    check_incremental(model)
+    check_state(state, meta)
+    if events is None:
+        new, n_skipped = _no_events(state, meta.schema), 0
+    else:
+        new, n_skipped = sequences(events, meta, encoder.vocabs, as_of, on_empty, None)
+        encoder._report(new, n_skipped)
+    ref = None if as_of is None else epoch_seconds(as_of)
+    ids, old_row, new_row = _join(state, new.entity_ids)
+    had, got = old_row >= 0, new_row >= 0
+    old_len, new_len = _of(state.lengths, old_row, 0), _of(new.lengths, new_row, 0)
+    old_last = _of(state.newest_times(), old_row, -np.inf)
+    first_new = new.timestamps[new.offsets[:-1]] if len(new) else np.zeros(0)
+    _check_order(ids, had & got, old_last, _of(first_new, new_row, np.inf), ref)
+
+    # The new window of every entity: the newest max_len of (state window, new events).
+    total = old_len + new_len
+    width = np.minimum(total, meta.max_len)
+    drop = total - width
+    offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
+    owner = np.repeat(np.arange(len(ids)), width)
+    at = np.arange(offsets[-1]) - offsets[owner] + drop[owner]  # index in old ++ new
+    from_old = at < old_len[owner]
+    old_src = np.where(from_old, _of(state.offsets[:-1], old_row, 0)[owner] + at, 0)
+    new_src = np.where(from_old, 0, _of(new.offsets[:-1], new_row, 0)[owner] + at - old_len[owner])
+    dt_prev = new.dt_prev.copy()
+    joins = had & got  # the first new event's gap runs from the state's newest event
+    dt_prev[new.offsets[new_row[joins]]] = (first_new[new_row[joins]] - old_last[joins]).astype(
+        np.float32
+    )
+    fresh = {
+        "items": new.items,
+        "timestamps": new.timestamps,
+        "dt_prev": dt_prev,
+        "categorical": _columns(new.categorical, meta.schema.categorical, np.int64, len(new.items)),
+        "numeric": _columns(new.numeric, meta.schema.numeric, np.float32, len(new.items)),
+    }
+    window = {
+        name: _pick(from_old, getattr(state, name), old_src, fresh[name], new_src)
+        for name in EVENT_FIELDS
+    }
+    newest = window["timestamps"][offsets[1:] - 1] if len(ids) else np.zeros(0)
+    query_gap = (np.zeros(len(ids)) if ref is None else ref - newest).astype(np.float32)
+
+    # Which entities run, and how many cached positions each keeps.
+    config = model.config
+    reads_query = config.time and config.query_time
+    old_gap = _of(state.query_gap, old_row, 0.0)
+    requery = had & (new_len == 0) & reads_query & (old_gap != query_gap)
+    run = (new_len > 0) | requery
+    keep = np.where(had & (drop == 0), old_len - 1, 0) * run + width * ~run
+    prefix_sum = np.zeros((len(ids), config.d_model), dtype=np.float32)
+    cached = had & (keep > 0)  # the running sum carries over only with the cache
+    prefix_sum[cached] = state.prefix_sum[old_row[cached]]
+    embeddings = np.zeros_like(prefix_sum)
+    embeddings[had & ~run] = state.embeddings[old_row[had & ~run]]
+    # Cached positions keep their keys and values; the others are written by the batches.
+    cache = {name: _take(getattr(state, name), old_src) for name in ("keys", "values")}
+    rows = np.flatnonzero(run)
+    chunk = width[rows] - keep[rows]
+    order = rows[np.lexsort((width[rows], chunk))]
+    for idx in token_batches(order, 2 * width - keep, max_tokens):  # query + key tokens
+        _run_batch(
+            encoder, idx, offsets, keep, width, window, cache, query_gap, prefix_sum, embeddings
+        )
+    stats = {
+        "n_new": int((~had).sum()),
+        "n_extended": int((had & run & (drop == 0) & (new_len > 0)).sum()),
+        "n_reencoded": int((had & (drop > 0)).sum()),
+        "n_requeried": int(requery.sum()),
+        "n_unchanged": int((had & ~run).sum()),
+        "n_positions": int(chunk.sum()),
+        "n_unknown_items": new.n_unknown_items,
+        "n_skipped": n_skipped,
+        "n_unknown_categorical": new.n_unknown_categorical,
+    }
+    return EncoderState(
+        entity_ids=ids,
+        offsets=offsets,
+        **window,
+        **cache,
+        query_gap=query_gap,
+        prefix_sum=prefix_sum,
+        embeddings=embeddings,
+        config_hash=meta.config_hash,
+        weights_sha256=meta.weights_sha256,
+        has_time=state.has_time,
+        stats=stats,
+    )
+
+
+def _no_events(state: EncoderState, schema: EventSchema) -> SequenceStore:
+    """An empty store with the state's entity id type."""
+    empty = np.zeros(0)
+    return SequenceStore(
+        entity_ids=state.entity_ids[:0],
+        offsets=np.zeros(1, dtype=np.int64),
+        items=empty.astype(np.int64),
+        timestamps=empty,
+        dt_prev=empty.astype(np.float32),
+        dt_ref=empty.astype(np.float32),
+        categorical={c: empty.astype(np.int64) for c in schema.categorical},
+        numeric={c: empty.astype(np.float32) for c in schema.numeric},
+    )
+
+
+def _of(values: np.ndarray, rows: np.ndarray, fill: float) -> np.ndarray:
+    """``values[rows]``, ``fill`` where a row is -1 (absent)."""
+    out = np.full(len(rows), fill, dtype=np.result_type(values.dtype, type(fill)))
+    out[rows >= 0] = values[rows[rows >= 0]]
+    return out
+
+
+def _columns(
+    values: dict[str, np.ndarray], names: tuple[str, ...], dtype: type, n: int
+) -> np.ndarray:
+    """``[n, len(names)]`` the named feature columns side by side."""
+    if not names:
+        return np.zeros((n, 0), dtype=dtype)
+    return np.stack([values[name] for name in names], axis=-1).astype(dtype)
+
+
+def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``values[:, rows]`` (per-layer arrays); zeros when ``values`` has no position yet."""
+    if values.shape[1] == 0:
+        return np.zeros((values.shape[0], len(rows), *values.shape[2:]), dtype=values.dtype)
+    return np.take(values, rows, axis=1)
+
+
+def _pick(
+    from_old: np.ndarray,
+    old: np.ndarray,
+    old_src: np.ndarray,
+    new: np.ndarray,
+    new_src: np.ndarray,
+) -> np.ndarray:
+    """Rows ``old[old_src]`` where ``from_old``, else ``new[new_src]``."""
+    out = np.zeros((len(from_old), *old.shape[1:]), dtype=old.dtype)
+    out[from_old] = old[old_src[from_old]]
+    out[~from_old] = new[new_src[~from_old]]
+    return out
+
+
+def _when(seconds: float) -> str:
+    return str(pd.Timestamp(seconds, unit="s", tz="UTC"))
+
+
+def _check_order(
+    ids: pa.Array, both: np.ndarray, old_last: np.ndarray, first_new: np.ndarray, ref: float | None
+) -> None:
+    """New events may not precede the state's newest event of their entity, nor ``as_of`` it."""
+    early = np.flatnonzero(both & (first_new < old_last))
+    if len(early):
+        i = early[0]
+        raise SeqencError(
+            f"{len(early)} entit{'y has' if len(early) == 1 else 'ies have'} new events older than "
+            f"their newest event in the state, e.g. entity {ids[i].as_py()!r}: {_when(first_new[i])} "
+            f"< {_when(old_last[i])}; build the state again from the whole log"
+        )
+    late = np.flatnonzero(old_last > ref) if ref is not None else []
+    if len(late):
+        i = late[0]
+        raise SeqencError(
+            f"as_of={_when(ref)} is earlier than events already in the state (entity "
+            f"{ids[i].as_py()!r} at {_when(old_last[i])}); a state cannot drop events"
+        )
+
+
+def _run_batch(
+    encoder: Encoder,
+    idx: np.ndarray,
+    offsets: np.ndarray,
+    keep: np.ndarray,
+    width: np.ndarray,
+    window: dict[str, np.ndarray],
+    cache: dict[str, np.ndarray],
+    query_gap: np.ndarray,
+    prefix_sum: np.ndarray,
+    embeddings: np.ndarray,
+) -> None:
+    """Run entities ``idx``: positions ``keep`` on of their window against the cached ones; writes
+    their embeddings, running sums and new keys / values in place."""
+    device = encoder.device
+    kept, new = keep[idx], width[idx] - keep[idx]
+    n_new = max(int(new.max(initial=0)), 1)
+    slots = np.arange(int(kept.max(initial=0)) + n_new)[None, :]
+    at = offsets[idx][:, None] + np.minimum(slots, width[idx][:, None] - 1)  # [B, W] window rows
+    chunk = np.arange(n_new)[None, :]
+    valid = chunk < new[:, None]
+    rows = np.where(valid, offsets[idx][:, None] + kept[:, None] + chunk, 0)  # [B, M]
+
+    def take(values: np.ndarray) -> torch.Tensor:
+        mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
+        return torch.from_numpy(np.where(mask, values[rows], 0)).to(device)
+
+    def cached(values: np.ndarray) -> torch.Tensor:  # nothing to gather when nothing is kept
+        if not kept.any():
+            return torch.empty(values.shape[0], *at.shape, values.shape[2], device=device)
+        return torch.from_numpy(np.take(values, at, axis=1)).to(device)
+
+    past = KVCache(
+        keys=cached(cache["keys"]),
+        values=cached(cache["values"]),
+        lengths=torch.from_numpy(kept).to(device),
+        times=torch.from_numpy(window["timestamps"][at]).to(device),
+    )
+    batch = Batch(
+        items=take(window["items"]),
+        lengths=torch.from_numpy(new).to(device),
+        dt_prev=take(window["dt_prev"]),
+        dt_ref=torch.zeros(valid.shape, dtype=torch.float32, device=device),
+        categorical=take(window["categorical"]),
+        numeric=take(window["numeric"]),
+        index=torch.from_numpy(idx),
+        dt_query=torch.from_numpy(query_gap[idx]).to(device),
+    )
+    model = encoder.model
+    hidden = extend(model, past, batch)
+    pooled, sums = readout(
+        model,
+        hidden,
+        batch.lengths,
+        torch.from_numpy(prefix_sum[idx]).to(device),
+        torch.from_numpy(width[idx]).to(device),
+    )
+    embeddings[idx], prefix_sum[idx] = pooled.cpu().numpy(), sums.cpu().numpy()
+    b, i = np.nonzero(valid)
+    for name, written in (("keys", past.keys), ("values", past.values)):
+        cache[name][:, rows[b, i]] = written[:, b, kept[b] + i].cpu().numpy()
+
+
+def build_state(
+    encoder: Encoder, events: Source, as_of: object = None, on_empty: str = "raise"
+) -> EncoderState:
+    """The state of ``events`` (an update of the empty state)."""
+    check_incremental(encoder.model)
+    return update_state(encoder, empty_state(encoder.meta), events, as_of, on_empty)
+
+
+def state_output(encoder: Encoder, state: EncoderState, as_of: object, output: str) -> Any:
+    """The state's embeddings in ``encode``'s ``output`` form, the call's counts attached."""
+    columns = entity_table(
+        state.entity_ids, state.lengths, state.newest_times() if state.has_time else None
+    )
+    return embedding_output(
+        columns, state.embeddings.copy(), state.stats, encoder.meta, as_of, output
+    )

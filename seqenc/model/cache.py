@@ -1,0 +1,140 @@
+"""Incremental encoding of a causal encoder: new positions against cached keys and values.
+
+In a causal pre-LN model the hidden state at position p depends only on the inputs of positions
+<= p, and position p's keys and values at every layer are a function of its own hidden state there.
+So a history can be extended by running only its new positions through the blocks, each attending
+to the cached keys and values of the older positions plus the new ones up to itself: the result is
+the full forward pass restricted to those rows (exact up to float rounding), at O(new x history)
+attention cost and O(new) for everything else.
+
+A :class:`KVCache` row holds ``lengths[b]`` cached positions (right-padded); :func:`extend` takes a
+right-padded :class:`~seqenc.model.batch.Batch` of the positions that follow them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.functional import scaled_dot_product_attention
+
+from seqenc.errors import SeqencError
+from seqenc.model.batch import Batch
+from seqenc.model.embeddings import time_bucket
+from seqenc.model.encoder import SequenceEncoder
+
+
+@dataclass
+class KVCache:
+    """Keys and values of a batch of histories, with room for the positions being added.
+
+    Row ``b`` holds ``lengths[b]`` cached positions; slots from ``lengths[b]`` on are free (any
+    finite values) and :func:`extend` writes the new positions' keys and values there, in place.
+
+    Attributes:
+        keys: ``[n_layers, B, W, d]`` per-layer keys, heads concatenated, rotary positions applied.
+        values: ``[n_layers, B, W, d]`` per-layer values.
+        lengths: ``[B]`` int64 cached positions per row.
+        times: ``[B, W]`` float64 event time of every position, cached and new (read only by a
+            time-bias model).
+    """
+
+    keys: Tensor
+    values: Tensor
+    lengths: Tensor
+    times: Tensor
+
+
+def check_incremental(model: SequenceEncoder) -> None:
+    """Refuse a model whose older positions' states change when events are appended."""
+    config = model.config
+    if not config.causal:
+        raise SeqencError(
+            "incremental encoding needs a causal model: a masked (bidirectional) model's every "
+            "position attends to the new events; use encode() on the whole history"
+        )
+    if config.time and config.recency:
+        raise SeqencError(
+            "incremental encoding cannot serve a model with the legacy recency input (every "
+            "position reads the gap to the query time); use encode() on the whole history"
+        )
+
+
+def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
+    """``[B, M, d]`` final hidden states (after the final LayerNorm) of the positions in ``batch``,
+    which follow the cached ones; their keys and values are written into ``cache``.
+
+    ``batch`` holds, per row, the inputs of positions ``cache.lengths[b]`` on (right-padded,
+    query gaps included); ``cache`` must have room for them (``W >= lengths + M``). Runs the model
+    as in eval mode (no dropout).
+    """
+    config = model.config
+    rows, width = batch.items.shape
+    device = batch.items.device
+    slots = cache.lengths[:, None] + torch.arange(width, device=device)[None, :]  # [B, M]
+    positions = slots.clamp(max=config.max_len)  # padding rows past the table stay finite
+    x = model.embed(
+        batch.items,
+        batch.padding_mask,
+        batch.dt_prev,
+        batch.dt_ref,
+        batch.query_gaps,
+        batch.categorical,
+        batch.numeric,
+        positions,
+    )
+    total = cache.keys.shape[2]
+    slots = slots.clamp(max=total - 1)
+    mask = (torch.arange(total, device=device)[None, None, :] <= slots[:, :, None])[:, None]
+    buckets = None
+    if config.time and config.time_bias:
+        gaps = (cache.times.gather(1, slots)[:, :, None] - cache.times[:, None, :]).abs()
+        buckets = time_bucket(gaps, config.n_time_buckets)
+    at = slots[:, :, None].expand(-1, -1, config.d_model)
+    fresh = not bool(cache.lengths.any())
+    for layer, block in enumerate(model.blocks):
+        q, k, v = block.attn.project(block.ln_attn(x), model.rope, positions)
+        heads = []
+        for store, new in ((cache.keys[layer], k), (cache.values[layer], v)):
+            flat = new.transpose(1, 2).reshape(rows, width, -1)
+            if fresh:
+                store[:, :width] = flat
+            else:
+                store.scatter_(1, at, flat)
+            heads.append(store.view(rows, total, config.n_heads, -1).transpose(1, 2))
+        if buckets is not None:
+            bias = block.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
+            y = scaled_dot_product_attention(
+                q, *heads, attn_mask=bias.masked_fill(~mask, -torch.inf)
+            )
+        elif fresh:  # nothing cached: plain causal attention over the new positions (fused kernel)
+            y = scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = scaled_dot_product_attention(q, *heads, attn_mask=mask)
+        x = block.feed_forward(x + block.attn.merge(y))
+    return model.ln_final(x)
+
+
+def readout(
+    model: SequenceEncoder, hidden: Tensor, lengths: Tensor, prefix_sum: Tensor, total: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``(embeddings [B, d], prefix_sums [B, d])`` after an :func:`extend`.
+
+    ``hidden``: its ``[B, M, d]`` output, ``lengths`` new positions per row (>= 1), ``prefix_sum``
+    the sum of the final hidden states of the cached positions, ``total`` positions in all. The
+    embedding is the newest position's state (``pooling="last"``) or the mean over all positions
+    (``"mean"``, from the running sum); the returned ``prefix_sums`` exclude the newest position,
+    which the next extension recomputes.
+    """
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    older = torch.arange(hidden.shape[1], device=hidden.device)[None, :] < (lengths - 1)[:, None]
+    newest = hidden[rows, lengths - 1]
+    prefix_sum = prefix_sum + (hidden * older[..., None].to(hidden.dtype)).sum(1)
+    if model.config.pooling == "mean":
+        pooled = (prefix_sum + newest) / total.to(hidden.dtype)[:, None]
+    else:
+        pooled = newest
+    pooled = F.normalize(pooled, dim=-1) if model.config.normalize else pooled
+    return pooled, prefix_sum

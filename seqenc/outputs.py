@@ -1,0 +1,110 @@
+"""The columns every embedding output has (``Encoder.encode``, the Parquet export, incremental
+updates): entity id, embedding, history length, newest event time, and the provenance metadata."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from seqenc.bundle import BundleMeta
+
+
+@dataclass
+class Embeddings:
+    """``encode(..., output="numpy" | "torch")``: row ``i`` of every field is one entity.
+
+    Attributes:
+        entity_ids: original ids (int64 or object array of str), ascending.
+        embeddings: ``[n, d]`` float32 (numpy array or torch tensor).
+        n_events: events of each history fed to the model.
+        last_event_time: ``datetime64[us]`` UTC of each entity's last event (NaT without times).
+        n_unknown_items: events whose item the model never saw (encoded as UNK).
+        n_skipped: entities left out for having no event at or before ``as_of``.
+        n_unknown_categorical: per categorical column, events whose value the model never saw.
+    """
+
+    entity_ids: np.ndarray
+    embeddings: np.ndarray | torch.Tensor
+    n_events: np.ndarray
+    last_event_time: np.ndarray
+    n_unknown_items: int
+    n_skipped: int
+    n_unknown_categorical: dict[str, int] = field(default_factory=dict)
+
+
+def entity_table(entity_ids: pa.Array, n_events: np.ndarray, last: np.ndarray | None) -> pa.Table:
+    """The entity columns of every embedding output; ``last`` (epoch seconds of each entity's
+    newest event) is ``None`` for a log without times (null ``last_event_time``)."""
+    time_type = pa.timestamp("us", tz="UTC")
+    if last is None:
+        last_time = pa.nulls(len(entity_ids), time_type)
+    else:
+        micros = np.round(last * 1e6).astype(np.int64)
+        last_time = pa.array(micros, type=pa.int64()).cast(time_type)
+    return pa.table(
+        {
+            "entity_id": entity_ids,
+            "n_events": pa.array(np.asarray(n_events).astype(np.int32)),
+            "last_event_time": last_time,
+        }
+    )
+
+
+def with_embeddings(columns: pa.Table, embeddings: np.ndarray) -> pa.Table:
+    """Insert ``embedding`` (``fixed_size_list<float32>[d]``) as the second column."""
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    flat = pa.array(embeddings.reshape(-1), type=pa.float32())
+    column = pa.FixedSizeListArray.from_arrays(flat, type=embedding_type(embeddings.shape[1]))
+    return columns.add_column(1, "embedding", column)
+
+
+def embedding_type(dim: int) -> pa.DataType:
+    """``fixed_size_list<float32>[dim]``: one embedding per row."""
+    return pa.list_(pa.float32(), dim)
+
+
+def file_metadata(meta: BundleMeta, as_of: object) -> dict[str, str]:
+    """Key-value metadata written with every embedding table and Parquet file."""
+    return {
+        "seqenc.model": meta.name,
+        "seqenc.version": meta.seqenc_version,
+        "seqenc.config_hash": meta.config_hash,
+        "seqenc.weights_sha256": meta.weights_sha256,
+        "seqenc.dim": str(meta.dim),
+        "seqenc.as_of": "" if as_of is None else str(as_of),
+    }
+
+
+def embedding_output(
+    columns: pa.Table,
+    embeddings: np.ndarray,
+    counts: dict[str, Any],
+    meta: BundleMeta,
+    as_of: object,
+    output: str,
+) -> pd.DataFrame | pa.Table | Embeddings:
+    """The ``output`` form of :meth:`Encoder.encode`: ``columns`` (:func:`entity_table`) with
+    their ``embeddings``, and ``counts`` in the attrs, schema metadata or :class:`Embeddings`."""
+    if output in ("numpy", "torch"):
+        return Embeddings(
+            entity_ids=columns["entity_id"].to_numpy(zero_copy_only=False),
+            embeddings=torch.from_numpy(embeddings) if output == "torch" else embeddings,
+            n_events=columns["n_events"].to_numpy(),
+            last_event_time=columns["last_event_time"].cast(pa.timestamp("us")).to_numpy(False),
+            **{k: counts[k] for k in ("n_unknown_items", "n_skipped", "n_unknown_categorical")},
+        )
+    table = with_embeddings(columns, embeddings)
+    if output == "arrow":
+        metadata = file_metadata(meta, as_of) | {
+            f"seqenc.{k}": json.dumps(v) for k, v in counts.items()
+        }
+        return table.replace_schema_metadata(metadata)
+    df = table.to_pandas()
+    df.attrs.update(counts | {"model": meta.name, "config_hash": meta.config_hash})
+    return df
