@@ -1,6 +1,7 @@
 """ml-1m training speed on this CPU: SDPA fp32 / SDPA bf16 autocast / naive attention / naive loss.
 
     .venv/bin/python benchmarks/bench_train_speed.py [--batches 3] [--repeats 3]
+        [--replay-python /work/peers/replay/bin/python [--replay-full-epoch]]
 
 Config: causal (SASRec), 2 layers, d=64, 2 heads, max_len 200, batch 128, full-softmax CE, AdamW.
 Data: ``ml-1m_sequences.parquet`` from the shared data folder through ``SequenceDataModule``, the
@@ -11,6 +12,9 @@ A fixed sample of ``--batches`` batches (one per width stratum) is timed per rep
 repeats of every variant interleaved (round robin) so that load from other users of the machine hits
 all variants alike; s/epoch is extrapolated by padded tokens (compute grows with batch width).
 The naive attention baseline lives only here and is swapped in by patching the module attribute.
+With ``--replay-python``, RePlay's SASRec (``peer_replay.py``, run by that interpreter in its own
+environment, same thread count) is timed in every round right after seqenc's variants and gets its
+own row; ``--replay-full-epoch`` also times one whole RePlay ``Trainer.fit`` epoch, once.
 Writes ``benchmarks/results/train_speed.md``.
 """
 
@@ -19,10 +23,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import json
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -129,11 +135,64 @@ def time_variant(variant: dict, n_items: int, sample: list[tuple[Batch, torch.Te
         return time.perf_counter() - start
 
 
+PEER = "RePlay SASRec (peer), its [128, 200] batches, materialised CE"
+
+
+def replay_lines(runs: list[dict], epoch_s: float, seqenc_epoch_s: float) -> list[str]:
+    """The report's lines about the RePlay row: its setup and the seqenc/RePlay ratio."""
+    first = runs[0]
+    trainer = [run["trainer_epoch_s"] for run in runs if run["trainer_epoch_s"] is not None]
+    return [
+        f"- peer: {first['library']} (torch {first['torch']}, lightning {first['lightning']}, "
+        f"{first['threads']} threads) in its own venv via `benchmarks/peer_replay.py`: "
+        "`SasRec.from_params` (2 blocks, d=64, 2 heads, FFN 256, max_len 200, dropout 0.2), its full "
+        "CE loss (logits for all 3,706 items at every one of the 128 × 200 positions, then "
+        "`CrossEntropyLoss` with the padding ignored), Adam lr 1e-3 from its `OptimizerFactory`, "
+        f"batches from its `ParquetModule` + default SASRec transforms, each padded to "
+        f"{first['batch_shape']}; {first['timed_batches']} batches per repeat (same count as seqenc's), "
+        "one fresh process per repeat, run right after seqenc's variants in each round; s/epoch "
+        f"extrapolated by rows ({first['epoch_batches']} batches per epoch)",
+        f"- **seqenc (SDPA fp32, fused CE) vs RePlay: {seqenc_epoch_s:.1f} vs {epoch_s:.1f} s/epoch, "
+        f"ratio seqenc/RePlay = {seqenc_epoch_s / epoch_s:.2f} "
+        f"(seqenc {epoch_s / seqenc_epoch_s:.2f}× faster)**",
+        *(
+            f"- RePlay, one whole `lightning.Trainer.fit` epoch (its Parquet reading, padding and "
+            f"transforms, the Lightning loop and logging included; no validation): {t:.1f} s"
+            for t in trainer
+        ),
+        "",
+    ]
+
+
+def time_replay(python: str, data: Path, batches: int, full_epoch: bool) -> dict:
+    """One repeat of RePlay's SASRec in its own interpreter (``peer_replay.py``), as its JSON."""
+    command = [python, str(ROOT / "benchmarks" / "peer_replay.py"), "--data", str(data)]
+    command += [
+        "--batches",
+        str(batches),
+        "--repeats",
+        "1",
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
+    done = subprocess.run(
+        command + (["--full-epoch"] if full_epoch else []), capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SystemExit(f"peer_replay.py failed under {python}: {tail[0]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=3, help="timed batches per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 variant (slow here)")
+    parser.add_argument("--replay-python", help="RePlay venv's python: time its SASRec too")
+    parser.add_argument(
+        "--replay-full-epoch", action="store_true", help="also one whole RePlay Trainer epoch"
+    )
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "train_speed.md"
     )
@@ -158,22 +217,38 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     variants = {k: v for k, v in VARIANTS.items() if not (args.no_bf16 and v["bf16"])}
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
+    replay: list[dict] = []
+    for repeat in range(args.repeats):
         for name, variant in variants.items():
             times[name].append(time_variant(variant, n_items, sample))
             print(f"{name}: {times[name][-1]:.2f} s for {len(sample)} batches", file=sys.stderr)
+        if args.replay_python:
+            last = repeat == args.repeats - 1
+            replay.append(
+                time_replay(args.replay_python, path, args.batches, args.replay_full_epoch and last)
+            )
+            print(f"RePlay: {replay[-1]['repeats_s'][0]:.2f} s", file=sys.stderr)
 
     load_after = os.getloadavg()[0]
-    baseline = statistics.median(times["SDPA fp32, fused CE"])
-    rows = []
-    for name, measured in times.items():
-        seconds = statistics.median(measured)
-        epoch_s = seconds * scale
-        rows.append(
+    baseline = statistics.median(times["SDPA fp32, fused CE"]) * scale
+
+    def row(name: str, measured: list[float], epoch_s: float, n_batches: int) -> str:
+        return (
             f"| {name} | {epoch_s:.1f} | {n_users / epoch_s:,.0f} | "
-            f"{real(epoch) / epoch_s:,.0f} | {seconds / len(sample) * 1000:.0f} | "
-            f"{baseline / seconds:.2f}× | {', '.join(f'{t:.2f}' for t in measured)} |"
+            f"{real(epoch) / epoch_s:,.0f} | {statistics.median(measured) / n_batches * 1000:.0f} | "
+            f"{baseline / epoch_s:.2f}× | {', '.join(f'{t:.2f}' for t in measured)} |"
         )
+
+    rows = [
+        row(name, measured, statistics.median(measured) * scale, len(sample))
+        for name, measured in times.items()
+    ]
+    peer = []
+    if replay:
+        measured = [run["repeats_s"][0] for run in replay]
+        replay_epoch = statistics.median(measured) / replay[0]["timed_rows"] * n_users  # by rows
+        rows.append(row(PEER, measured, replay_epoch, replay[0]["timed_batches"]))
+        peer = replay_lines(replay, replay_epoch, baseline)
     command = "python benchmarks/bench_train_speed.py " + " ".join(sys.argv[1:])
     flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
@@ -201,6 +276,7 @@ def main() -> int:
             if not {"avx512_bf16", "amx_bf16"} & set(isa)
             else "- the CPU has native bf16 instructions",
             "",
+            *peer,
             "| variant | s/epoch | sequences/s | real tokens/s | ms/batch | speed vs SDPA fp32 | repeats (s) |",
             "|---|---|---|---|---|---|---|",
             *rows,
