@@ -119,6 +119,38 @@ def test_padding_invariance(causal: bool, positional: str, time: bool, pooling: 
         torch.testing.assert_close(model.entity_embedding(wide), expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("causal", "positional", "time_bias"),
+    list(itertools.product([True, False], ["learned", "rope", "none"], [False, True])),
+)
+def test_newest_only_equals_the_full_forward(
+    causal: bool, positional: str, time_bias: bool
+) -> None:
+    """The readout shortcut (last block at the newest position only) is the full pass's row there."""
+    model = make_model(
+        causal=causal,
+        positional=positional,
+        time=True,
+        query_time=True,
+        time_bias=time_bias,
+        categorical_sizes=(3, 4),
+        n_numeric=2,
+    )
+    for histories in (HISTORIES, [[], [4, 5, 6]], [h[:2] for h in HISTORIES[:2]]):
+        batch = make_batch(histories, width=10, n_cat=2, n_num=2)
+        full = model(batch)
+        newest = model(batch, newest_only=True)
+        assert newest.shape == (len(histories), 1, 16)
+        rows = torch.arange(len(histories))
+        expected = full[rows, (batch.lengths - 1).clamp(min=0)]
+        torch.testing.assert_close(newest[:, 0], expected, rtol=0, atol=1e-5)
+        scores = model.item_scores(batch)
+        query = Masked().query(batch) if not causal else batch
+        hidden = model(query)
+        last = hidden[rows, (query.lengths - 1).clamp(min=0)]
+        torch.testing.assert_close(scores, model.item_logits(last), rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize(("causal", "positional", "time", "pooling"), OPTIONS)
 def test_empty_histories_are_finite(
     causal: bool, positional: str, time: bool, pooling: str

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.functional import scaled_dot_product_attention
 
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
@@ -133,6 +134,22 @@ class Block(nn.Module):
         x = x + self.drop(self.attn(self.ln_attn(x), causal, mask, rope))
         return self.feed_forward(x)
 
+    def newest(self, x: Tensor, rope: RotaryEmbedding | None, lengths: Tensor) -> Tensor:
+        """``[B, 1, d]`` the block's output at each row's newest real position only.
+
+        Its query attends to every real key (all precede it, so causal and bidirectional
+        attention agree); what the other positions would output is never computed. An empty
+        row reads position 0, as :meth:`forward` does.
+        """
+        rows = torch.arange(x.shape[0], device=x.device)
+        last = (lengths - 1).clamp(min=0)
+        q, k, v = self.attn.project(self.ln_attn(x), rope)
+        keys = torch.arange(x.shape[1], device=x.device)[None, :] <= last[:, None]
+        y = scaled_dot_product_attention(
+            q[rows, :, last][:, :, None], k, v, attn_mask=keys[:, None, None, :]
+        )
+        return self.feed_forward(x[rows, last][:, None] + self.attn.merge(y))
+
     def feed_forward(self, x: Tensor) -> Tensor:
         """The second residual branch: ``x + Drop(FFN(LN(x)))``."""
         return x + self.drop(self.ffn["out"](F.gelu(self.ffn["up"](self.ln_ffn(x)))))
@@ -176,8 +193,12 @@ class SequenceEncoder(nn.Module):
         """``[n_items, d]`` item table, PAD row 0; also the (tied) output layer."""
         return self.embed.item
 
-    def forward(self, batch: Batch) -> Tensor:
-        """``[B, L, d]`` hidden states after the final LayerNorm (PAD positions hold junk, finite)."""
+    def forward(self, batch: Batch, newest_only: bool = False) -> Tensor:
+        """``[B, L, d]`` hidden states after the final LayerNorm (PAD positions hold junk, finite).
+
+        ``newest_only``: ``[B, 1, d]``, the newest real position's state only; the last block
+        then skips every other position (the readout of a last-position embedding needs no more).
+        """
         width = batch.items.shape[1]
         if width > self.config.max_len + 1:
             raise SeqencError(
@@ -201,9 +222,16 @@ class SequenceEncoder(nn.Module):
         if self.config.time and self.config.time_bias:
             gaps = (batch.dt_ref[:, :, None] - batch.dt_ref[:, None, :]).abs()
             gaps = time_bucket(gaps, self.config.n_time_buckets)
-        for block in self.blocks:
+        *blocks, last = self.blocks
+        for block in blocks:
             x = block(x, causal, mask, self.rope, gaps, batch.lengths)
-        return self.ln_final(x)
+        if newest_only and gaps is None:
+            return self.ln_final(last.newest(x, self.rope, batch.lengths))
+        x = self.ln_final(last(x, causal, mask, self.rope, gaps, batch.lengths))
+        if newest_only:
+            rows = torch.arange(len(batch), device=x.device)
+            return x[rows, (batch.lengths - 1).clamp(min=0)][:, None]
+        return x
 
     def entity_embedding(self, batch: Batch) -> Tensor:
         """``[B, d]`` one vector per history.
@@ -213,13 +241,17 @@ class SequenceEncoder(nn.Module):
         the appended MASK when bidirectional). An empty history gives a finite vector.
         """
         batch = readout_objective(self.config.causal).query(batch)
-        return self.pool(self(batch), batch)
+        last = self.config.pooling == "last"
+        return self.pool(self(batch, newest_only=last), batch)
 
     def pool(self, hidden: Tensor, batch: Batch) -> Tensor:
-        """``[B, d]`` the configured pooling of ``hidden`` (see :meth:`entity_embedding`)."""
+        """``[B, d]`` the configured pooling of ``hidden`` (see :meth:`entity_embedding`):
+        ``[B, L, d]`` states, or ``[B, 1, d]`` already at the newest position."""
         if self.config.pooling == "mean":
             weights = batch.padding_mask.to(hidden.dtype)[..., None]
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        elif hidden.shape[1] == 1:
+            pooled = hidden[:, 0]
         else:
             rows = torch.arange(len(batch), device=hidden.device)
             pooled = hidden[rows, (batch.lengths - 1).clamp(min=0)]
@@ -229,7 +261,8 @@ class SequenceEncoder(nn.Module):
         """``[B, n_items]`` float32 score of every item as each history's next event, specials -inf:
         catalogue logits, or with the repeat head the log-probabilities of the mixture."""
         query = readout_objective(self.config.causal).query(batch)
-        hidden = self(query)
+        newest_only = self.config.pooling == "last" and self.repeat is None
+        hidden = self(query, newest_only)
         embedding = self.pool(hidden, query)
         with torch.autocast(embedding.device.type, enabled=False):
             logits = self.item_logits(embedding.float()).float()
