@@ -11,7 +11,8 @@ One command::
    computes the aggregate features at the same cut-offs, and probes each task with 5-fold CV (the
    same folds for every feature set, so differences are paired).
 4. Writes a Markdown table (``--output``, default ``benchmarks/results/downstream[-TAG].md``) and the
-   raw per-fold scores as JSON beside it.
+   raw per-fold scores as JSON beside it. ``--merge A.json B.json --tag T`` makes one table from
+   several runs of the same configuration (e.g. seeds 3 and 4 added later), without training.
 
 Berka tasks (see ``datasets/cards/berka.md``): gender, age_group, region, loan_default (ROC-AUC),
 age (R²). Sample task: account_type (ROC-AUC), every account at its last event.
@@ -179,8 +180,13 @@ def main() -> None:
     )
     parser.add_argument("--tag", default="", help="names the output (e.g. an ablation)")
     parser.add_argument("--output", default=None)
+    parser.add_argument(
+        "--merge", nargs="+", default=None, help="no training: one table from these runs' JSON"
+    )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
+    if args.merge:
+        return merge([Path(p) for p in args.merge], args.tag, args.output)
     start = time.perf_counter()
     tasks = {t: BERKA_TASKS[t] for t in args.tasks}
     work = Path(args.work).resolve()
@@ -226,13 +232,33 @@ def main() -> None:
         f"date: {time.strftime('%Y-%m-%d')}; wall time {wall:.0f} s "
         f"(training {np.mean(fit_s):.0f} s per Berka model); seeds {args.seeds}\n\n"
     )
-    table = header + markdown(rows) + "\n"
-    print(table)
-    name = f"downstream{'-' + args.tag if args.tag else ''}"
-    output = Path(args.output or ROOT / f"benchmarks/results/{name}.md")
-    output.write_text(table)
     raw = {"berka": berka_runs, "sample": sample_runs, "rows": rows, "command": command}
-    output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float))
+    write(header + markdown(rows) + "\n", raw, args.tag, args.output)
+
+
+def write(table: str, raw: dict, tag: str, output: str | None) -> None:
+    """The table to ``output`` (default ``benchmarks/results/downstream[-TAG].md``), raw JSON beside."""
+    print(table)
+    name = f"downstream{'-' + tag if tag else ''}"
+    path = Path(output or ROOT / f"benchmarks/results/{name}.md")
+    path.write_text(table)
+    path.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float))
+
+
+def merge(paths: list[Path], tag: str, output: str | None) -> None:
+    """One table over the seeds of several runs of the same configuration (e.g. seeds added later)."""
+    raws = [json.loads(p.read_text()) for p in paths]
+    berka = [run for raw in raws for run in raw["berka"]]
+    sample = [run for raw in raws for run in raw["sample"]]
+    tasks = {t: BERKA_TASKS[t] for t in berka[0]}
+    rows = summarise(berka, tasks, "berka")
+    if sample:
+        rows += summarise(sample, SAMPLE_TASKS, "sample")
+    commands = [raw["command"] for raw in raws]
+    header = "".join(f"run: `{c}`  \n" for c in commands)
+    header += f"merged: {', '.join(p.name for p in paths)}; {len(berka)} Berka seeds\n\n"
+    raw = {"berka": berka, "sample": sample, "rows": rows, "command": commands}
+    write(header + markdown(rows) + "\n", raw, tag, output)
 
 
 if __name__ == "__main__":
