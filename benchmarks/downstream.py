@@ -174,7 +174,9 @@ def main() -> None:
     parser.add_argument("--config", default="configs/berka.yaml")
     parser.add_argument("--sample-config", default="configs/account_events.yaml")
     parser.add_argument("--no-sample", action="store_true", help="skip the synthetic sample")
-    parser.add_argument("--tasks", nargs="+", default=list(BERKA_TASKS), help="Berka tasks")
+    parser.add_argument(
+        "--tasks", nargs="*", default=list(BERKA_TASKS), help="Berka tasks (none: the sample only)"
+    )
     parser.add_argument(
         "--checkpoint", choices=("best", "last"), default="best", help="which weights to embed with"
     )
@@ -191,25 +193,26 @@ def main() -> None:
     tasks = {t: BERKA_TASKS[t] for t in args.tasks}
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
-    subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
-    events = pd.read_parquet(work / "berka_events.parquet")
-    labels = pd.read_parquet(work / "berka_labels.parquet")
     on = ["account_id", "as_of"]
-    cutoffs = labels[on].drop_duplicates()
-    aggregates = aggregate_features(events, BERKA_SCHEMA, cutoffs)
+    if tasks:
+        prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
+        subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
+        events = pd.read_parquet(work / "berka_events.parquet")
+        labels = pd.read_parquet(work / "berka_labels.parquet")
+        cutoffs = labels[on].drop_duplicates()
+        aggregates = aggregate_features(events, BERKA_SCHEMA, cutoffs)
     sample = pd.read_parquet(SAMPLE)
     sample_labels = sample.groupby("entity_id", as_index=False)["account_type"].first()
     sample_aggregates = aggregate_features(sample, SAMPLE_SCHEMA)
     berka_runs, sample_runs, fit_s, cache, sample_cache = [], [], [], {}, {}
     for seed in args.seeds:
-        bundle, wall = fit(
-            args.config, seed, work / "berka_events.parquet", work, args.extra, args.checkpoint
-        )
-        fit_s.append(wall)
-        embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-        berka_runs.append(evaluate(tasks, labels, aggregates, embeddings, on, cache))
-        print(f"seed {seed}: berka trained in {wall:.0f} s ({bundle})", flush=True)
+        if tasks:
+            data = work / "berka_events.parquet"
+            bundle, wall = fit(args.config, seed, data, work, args.extra, args.checkpoint)
+            fit_s.append(wall)
+            embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
+            berka_runs.append(evaluate(tasks, labels, aggregates, embeddings, on, cache))
+            print(f"seed {seed}: berka trained in {wall:.0f} s ({bundle})", flush=True)
         if args.no_sample:
             continue
         bundle, wall = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
@@ -220,7 +223,7 @@ def main() -> None:
             )
         )
         print(f"seed {seed}: sample trained in {wall:.0f} s ({bundle})", flush=True)
-    rows = summarise(berka_runs, tasks, "berka")
+    rows = summarise(berka_runs, tasks, "berka") if berka_runs else []
     if sample_runs:
         rows += summarise(sample_runs, SAMPLE_TASKS, "sample")
     wall = time.perf_counter() - start
@@ -230,7 +233,7 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}; "
         f"date: {time.strftime('%Y-%m-%d')}; wall time {wall:.0f} s "
-        f"(training {np.mean(fit_s):.0f} s per Berka model); seeds {args.seeds}\n\n"
+        f"(training {np.mean(fit_s or [0]):.0f} s per Berka model); seeds {args.seeds}\n\n"
     )
     raw = {"berka": berka_runs, "sample": sample_runs, "rows": rows, "command": command}
     write(header + markdown(rows) + "\n", raw, args.tag, args.output)
@@ -250,8 +253,7 @@ def merge(paths: list[Path], tag: str, output: str | None) -> None:
     raws = [json.loads(p.read_text()) for p in paths]
     berka = [run for raw in raws for run in raw["berka"]]
     sample = [run for raw in raws for run in raw["sample"]]
-    tasks = {t: BERKA_TASKS[t] for t in berka[0]}
-    rows = summarise(berka, tasks, "berka")
+    rows = summarise(berka, {t: BERKA_TASKS[t] for t in berka[0]}, "berka") if berka else []
     if sample:
         rows += summarise(sample, SAMPLE_TASKS, "sample")
     commands = [raw["command"] for raw in raws]
