@@ -11,7 +11,8 @@ One command::
    computes the aggregate features at the same cut-offs, and probes each task with 5-fold CV (the
    same folds for every feature set, so differences are paired).
 4. Writes a Markdown table (``--output``, default ``benchmarks/results/downstream[-TAG].md``) and the
-   raw per-fold scores as JSON beside it.
+   raw per-fold scores as JSON beside it. ``--merge A.json B.json --tag T`` makes one table from
+   several runs of the same configuration (e.g. seeds 3 and 4 added later), without training.
 
 Berka tasks (see ``datasets/cards/berka.md``): gender, age_group, region, loan_default (ROC-AUC),
 age (R²). Sample task: account_type (ROC-AUC), every account at its last event.
@@ -50,6 +51,7 @@ BERKA_SCHEMA = EventSchema(
     numeric=["amount", "balance"],
 )
 SAMPLE = ROOT / "datasets/sample/events.parquet"
+SAMPLE_TASKS = {"account_type": "roc_auc"}
 SAMPLE_SCHEMA = EventSchema(categorical=["event_type", "channel"], numeric=["amount"])
 
 
@@ -92,14 +94,19 @@ def evaluate(
     aggregates: pd.DataFrame,
     embeddings: pd.DataFrame,
     on: list[str],
+    cache: dict[str, dict],
 ) -> dict[str, dict[str, dict]]:
-    """task -> feature set -> scores, on the rows every feature set covers."""
+    """task -> feature set -> scores, on the rows every feature set covers. The aggregates do not
+    depend on the training seed: their scores are computed once per task and kept in ``cache``."""
     both = aggregates.merge(embeddings, on=on, how="inner")
     out = {}
     for task in tasks:
         rows = labels[labels[task].notna()][[*on, task]].merge(both[on], on=on, how="inner")
+        key = f"{task}:{len(rows)}"
+        if key not in cache:
+            cache[key] = scores(aggregates, rows, task, on)
         out[task] = {
-            "aggregates": scores(aggregates, rows, task, on),
+            "aggregates": cache[key],
             "embeddings": scores(embeddings, rows, task, on),
             "both": scores(both, rows, task, on),
         }
@@ -167,47 +174,58 @@ def main() -> None:
     parser.add_argument("--config", default="configs/berka.yaml")
     parser.add_argument("--sample-config", default="configs/account_events.yaml")
     parser.add_argument("--no-sample", action="store_true", help="skip the synthetic sample")
-    parser.add_argument("--tasks", nargs="+", default=list(BERKA_TASKS), help="Berka tasks")
+    parser.add_argument(
+        "--tasks", nargs="*", default=list(BERKA_TASKS), help="Berka tasks (none: the sample only)"
+    )
     parser.add_argument(
         "--checkpoint", choices=("best", "last"), default="best", help="which weights to embed with"
     )
     parser.add_argument("--tag", default="", help="names the output (e.g. an ablation)")
     parser.add_argument("--output", default=None)
+    parser.add_argument(
+        "--merge", nargs="+", default=None, help="no training: one table from these runs' JSON"
+    )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
+    if args.merge:
+        return merge([Path(p) for p in args.merge], args.tag, args.output)
     start = time.perf_counter()
     tasks = {t: BERKA_TASKS[t] for t in args.tasks}
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
-    subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
-    events = pd.read_parquet(work / "berka_events.parquet")
-    labels = pd.read_parquet(work / "berka_labels.parquet")
     on = ["account_id", "as_of"]
-    cutoffs = labels[on].drop_duplicates()
-    aggregates = aggregate_features(events, BERKA_SCHEMA, cutoffs)
+    if tasks:
+        prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
+        subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
+        events = pd.read_parquet(work / "berka_events.parquet")
+        labels = pd.read_parquet(work / "berka_labels.parquet")
+        cutoffs = labels[on].drop_duplicates()
+        aggregates = aggregate_features(events, BERKA_SCHEMA, cutoffs)
     sample = pd.read_parquet(SAMPLE)
     sample_labels = sample.groupby("entity_id", as_index=False)["account_type"].first()
     sample_aggregates = aggregate_features(sample, SAMPLE_SCHEMA)
-    berka_runs, sample_runs, fit_s = [], [], []
+    berka_runs, sample_runs, fit_s, cache, sample_cache = [], [], [], {}, {}
     for seed in args.seeds:
-        bundle, wall = fit(
-            args.config, seed, work / "berka_events.parquet", work, args.extra, args.checkpoint
-        )
-        fit_s.append(wall)
-        embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-        berka_runs.append(evaluate(tasks, labels, aggregates, embeddings, on))
-        print(f"seed {seed}: berka trained in {wall:.0f} s ({bundle})", flush=True)
+        if tasks:
+            data = work / "berka_events.parquet"
+            bundle, wall = fit(args.config, seed, data, work, args.extra, args.checkpoint)
+            fit_s.append(wall)
+            embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
+            berka_runs.append(evaluate(tasks, labels, aggregates, embeddings, on, cache))
+            print(f"seed {seed}: berka trained in {wall:.0f} s ({bundle})", flush=True)
         if args.no_sample:
             continue
         bundle, wall = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
         df = load_encoder(bundle, "cpu").encode(sample)[["entity_id", "embedding"]]
-        tasks = {"account_type": "roc_auc"}
-        sample_runs.append(evaluate(tasks, sample_labels, sample_aggregates, df, ["entity_id"]))
+        sample_runs.append(
+            evaluate(
+                SAMPLE_TASKS, sample_labels, sample_aggregates, df, ["entity_id"], sample_cache
+            )
+        )
         print(f"seed {seed}: sample trained in {wall:.0f} s ({bundle})", flush=True)
-    rows = summarise(berka_runs, tasks, "berka")
+    rows = summarise(berka_runs, tasks, "berka") if berka_runs else []
     if sample_runs:
-        rows += summarise(sample_runs, {"account_type": "roc_auc"}, "sample")
+        rows += summarise(sample_runs, SAMPLE_TASKS, "sample")
     wall = time.perf_counter() - start
     command = "OMP_NUM_THREADS=1 python benchmarks/downstream.py " + " ".join(sys.argv[1:])
     header = (
@@ -215,15 +233,34 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}; "
         f"date: {time.strftime('%Y-%m-%d')}; wall time {wall:.0f} s "
-        f"(training {np.mean(fit_s):.0f} s per Berka model); seeds {args.seeds}\n\n"
+        f"(training {np.mean(fit_s or [0]):.0f} s per Berka model); seeds {args.seeds}\n\n"
     )
-    table = header + markdown(rows) + "\n"
-    print(table)
-    name = f"downstream{'-' + args.tag if args.tag else ''}"
-    output = Path(args.output or ROOT / f"benchmarks/results/{name}.md")
-    output.write_text(table)
     raw = {"berka": berka_runs, "sample": sample_runs, "rows": rows, "command": command}
-    output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float))
+    write(header + markdown(rows) + "\n", raw, args.tag, args.output)
+
+
+def write(table: str, raw: dict, tag: str, output: str | None) -> None:
+    """The table to ``output`` (default ``benchmarks/results/downstream[-TAG].md``), raw JSON beside."""
+    print(table)
+    name = f"downstream{'-' + tag if tag else ''}"
+    path = Path(output or ROOT / f"benchmarks/results/{name}.md")
+    path.write_text(table)
+    path.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float))
+
+
+def merge(paths: list[Path], tag: str, output: str | None) -> None:
+    """One table over the seeds of several runs of the same configuration (e.g. seeds added later)."""
+    raws = [json.loads(p.read_text()) for p in paths]
+    berka = [run for raw in raws for run in raw["berka"]]
+    sample = [run for raw in raws for run in raw["sample"]]
+    rows = summarise(berka, {t: BERKA_TASKS[t] for t in berka[0]}, "berka") if berka else []
+    if sample:
+        rows += summarise(sample, SAMPLE_TASKS, "sample")
+    commands = [raw["command"] for raw in raws]
+    header = "".join(f"run: `{c}`  \n" for c in commands)
+    header += f"merged: {', '.join(p.name for p in paths)}; {len(berka)} Berka seeds\n\n"
+    raw = {"berka": berka, "sample": sample, "rows": rows, "command": commands}
+    write(header + markdown(rows) + "\n", raw, tag, output)
 
 
 if __name__ == "__main__":

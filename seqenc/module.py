@@ -15,6 +15,7 @@ from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.metrics import RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
+from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
@@ -46,6 +47,12 @@ class SeqencModule(pl.LightningModule):
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective;
             ``mask_last_prob`` of the training rows get one [MASK] on their newest event only
             (see :func:`~seqenc.model.masking.mask_items`).
+        next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
+        contrastive_weight: weight of the entity-level contrastive loss (:mod:`seqenc.model.contrastive`:
+            two random slices of each history are a positive pair, the other entities of the batch
+            negatives, InfoNCE on the configured readout); 0 (the default) is off and costs nothing.
+        contrastive_temperature: InfoNCE temperature on cosine similarities.
+        contrastive_min_share: the shortest slice, as a share of the history's length.
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
         filter_seen: drop every item of the history from the ranking at evaluation, the target
             included (a repeated target is then a miss). ``None`` = on exactly when fewer than
@@ -75,6 +82,10 @@ class SeqencModule(pl.LightningModule):
         mask_prob: float = Masked.mask_prob,
         replace_rule: bool = Masked.replace_rule,
         mask_last_prob: float = Masked.mask_last_prob,
+        next_item_weight: float = 1.0,
+        contrastive_weight: float = 0.0,
+        contrastive_temperature: float = 0.1,
+        contrastive_min_share: float = 0.5,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -95,6 +106,20 @@ class SeqencModule(pl.LightningModule):
         if repeat_head and loss != "ce":
             raise SeqencError(
                 f"repeat_head trains with the full softmax only (loss: ce), got {loss!r}"
+            )
+        if min(next_item_weight, contrastive_weight) < 0 or not (
+            next_item_weight > 0 or contrastive_weight > 0
+        ):
+            raise SeqencError(
+                "next_item_weight and contrastive_weight must be >= 0 and not both 0, got "
+                f"{next_item_weight} and {contrastive_weight}"
+            )
+        if contrastive_weight > 0 and not (
+            contrastive_temperature > 0 and 0 < contrastive_min_share <= 1
+        ):
+            raise SeqencError(
+                f"contrastive_temperature={contrastive_temperature} must be > 0 and "
+                f"contrastive_min_share={contrastive_min_share} in (0, 1]"
             )
         # Time inputs need timestamps: `time: true` on a log without them (e.g. a config meant for
         # click logs) trains without, instead of a model whose bundle could not be written.
@@ -125,6 +150,20 @@ class SeqencModule(pl.LightningModule):
     # ---- training -------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams
+        loss = torch.zeros((), device=batch.items.device)
+        if hp.next_item_weight > 0:
+            loss = hp.next_item_weight * self.next_item_loss(batch)
+        if hp.contrastive_weight > 0:
+            views = slice_views(batch, hp.contrastive_min_share)
+            contrastive = info_nce(self.encoder.entity_embedding(views), hp.contrastive_temperature)
+            self.log("train/contrastive", contrastive, batch_size=len(batch))
+            loss = loss + hp.contrastive_weight * contrastive
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
+        return loss
+
+    def next_item_loss(self, batch: Batch) -> torch.Tensor:
+        """The objective's item-prediction loss on a training batch (mean over its targets)."""
+        hp = self.hparams
         inputs, labels = self.objective.training_pair(batch, self.config.n_items)
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
@@ -135,7 +174,7 @@ class SeqencModule(pl.LightningModule):
             loss = compute_loss(
                 hp.loss, hidden[keep], weight, labels[keep], **(hp.loss_options or {})
             )
-        self.log("train/loss", loss, prog_bar=True, batch_size=int(keep.sum()))
+        self.log("train/next_item", loss, batch_size=int(keep.sum()))
         return loss
 
     def configure_optimizers(self) -> dict[str, Any]:

@@ -87,6 +87,18 @@ def test_print_config(capsys):
     assert "early_stopping:" in config and "patience: 10" in config
 
 
+def test_account_embeddings_config_layers_on_a_data_config(capsys):
+    root = Path(__file__).resolve().parents[1] / "configs"
+    args = ["--config", str(root / "account_events.yaml")]
+    args += ["--config", str(root / "account_embeddings.yaml")]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *args, "--print_config"])
+    assert exit_info.value.code == 0
+    config = capsys.readouterr().out
+    assert "contrastive_weight: 1.0" in config and "pooling: mean" in config
+    assert "path: datasets/sample/events.parquet" in config and "next_item_weight: 1.0" in config
+
+
 def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     """With lr 0 validation never improves: patience 1 stops after the second epoch of six. Resumed
     from the last epoch's checkpoint with patience 3, the config wins over the checkpoint's 1: the
