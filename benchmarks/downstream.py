@@ -40,6 +40,7 @@ BERKA_TASKS = {
     "gender": "roc_auc",
     "age_group": "roc_auc",
     "region": "roc_auc",
+    "statement": "roc_auc",
     "loan_default": "roc_auc",
     "age": "r2",
 }

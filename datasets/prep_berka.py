@@ -38,6 +38,11 @@ from seqenc.atomic import atomic_file
 # label does not depend on the cut-off of the log.
 AGE_REFERENCE = pd.Timestamp("1999-01-01")
 EMPTY = "-"
+STATEMENTS = {  # account.asc frequency -> statement label
+    "POPLATEK MESICNE": "monthly",
+    "POPLATEK TYDNE": "weekly",
+    "POPLATEK PO OBRATU": "after_transaction",
+}
 TRANS_COLUMNS = ["trans_id", "account_id", "date", "type", "operation", "amount", "balance"]
 TRANS_COLUMNS += ["k_symbol", "bank", "account"]
 
@@ -125,10 +130,11 @@ def events_table(data: Path) -> pd.DataFrame:
 
 
 def static_labels(data: Path, accounts: pd.Index, as_of: pd.Timestamp) -> pd.DataFrame:
-    """Owner gender, age (at AGE_REFERENCE) and its quartile group, and the account's region."""
+    """Owner gender, age (at AGE_REFERENCE) and its quartile group, the account's region and its
+    statement frequency (monthly, weekly, after each transaction: chosen by the owner)."""
     disp = read_table(data / "disp.asc", ["client_id", "account_id", "type"])
     client = read_table(data / "client.asc", ["client_id", "birth_number"])
-    account = read_table(data / "account.asc", ["account_id", "district_id"])
+    account = read_table(data / "account.asc", ["account_id", "district_id", "frequency"])
     district = read_table(data / "district.asc", ["A1", "A3"])
     owners = disp[disp["type"].str.strip() == "OWNER"]
     owners = pd.DataFrame(
@@ -157,8 +163,15 @@ def static_labels(data: Path, accounts: pd.Index, as_of: pd.Timestamp) -> pd.Dat
         {
             "account_id": to_int(account, "account_id", data / "account.asc"),
             "district_id": to_int(account, "district_id", data / "account.asc"),
+            "statement": account["frequency"].str.strip().map(STATEMENTS),
         }
     )
+    unknown = accounts_df["statement"].isna()
+    if unknown.any():
+        value = account["frequency"][unknown.to_numpy()].iloc[0]
+        raise PrepError(
+            f"account.asc: column 'frequency' has {value!r}, not one of {list(STATEMENTS)}"
+        )
     owner = owners.merge(clients, on="client_id", how="left")
     if owner["account_id"].duplicated().any():
         dup = owner.loc[owner["account_id"].duplicated(), "account_id"].iloc[0]
@@ -171,7 +184,7 @@ def static_labels(data: Path, accounts: pd.Index, as_of: pd.Timestamp) -> pd.Dat
     # Quartiles over the accounts that are labelled here, so the four groups have equal size.
     out["age_group"] = pd.qcut(out["age"], 4, labels=False).astype("Int64")
     out["as_of"] = as_of
-    return out[["account_id", "as_of", "gender", "age", "age_group", "region"]]
+    return out[["account_id", "as_of", "gender", "age", "age_group", "region", "statement"]]
 
 
 def loan_labels(data: Path, events: pd.DataFrame) -> pd.DataFrame:
@@ -205,6 +218,7 @@ def labels_table(data: Path, events: pd.DataFrame) -> pd.DataFrame:
     labels = pd.concat([static, loans], ignore_index=True)
     labels["gender"] = labels["gender"].astype("string")
     labels["region"] = labels["region"].astype("string")
+    labels["statement"] = labels["statement"].astype("string")
     labels["loan_status"] = labels["loan_status"].astype("string")
     labels["loan_default"] = labels["loan_default"].astype("Int64")
     return labels.sort_values(["account_id", "as_of"], ignore_index=True)

@@ -253,6 +253,8 @@ def test_prep_berka_counts_and_loan_cutoffs(shared_data, tmp_path):
     static = labels[labels["gender"].notna()]
     assert len(static) == 1229 and (static["gender"] == "F").sum() == 610
     assert static["age_group"].value_counts().min() >= 300
+    statements = static["statement"].value_counts().to_dict()  # counted with pandas on account.asc
+    assert statements == {"monthly": 1138, "weekly": 65, "after_transaction": 26}
     loans = labels[labels["loan_default"].notna()]
     assert len(loans) == 160 and loans["loan_default"].sum() == 25  # B 18 + D 7
     loan = pd.read_csv(berka / "loan.asc", sep=";")
