@@ -42,6 +42,7 @@ SHAPES = {
     "rope_mean_normalize": {"positional": "rope", "pooling": "mean", "normalize": True},
     "masked_rope_normalize": {"causal": False, "positional": "rope", "normalize": True},
     "no_positions": {"positional": "none", "features": True},
+    "account_embeddings": {"pooling": "mean", "features": True},  # account_embeddings.yaml
 }
 SHAPE_KEYS = ("causal", "time", "query_time", "time_bias", "positional", "pooling", "normalize")
 
