@@ -39,7 +39,7 @@ from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
 from seqenc.export import export_embeddings
-from seqenc.inference import MAX_TOKENS, load_encoder
+from seqenc.inference import MAX_TOKENS, Encoder, load_encoder
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 
 D_MODEL, N_LAYERS, N_HEADS, FFN_MULT, MAX_LEN = 128, 2, 2, 4, 512
@@ -104,6 +104,19 @@ def peak_rss_mb(bundle: Path, events: Path, output: Path) -> float:
     return int(run.stdout.strip().splitlines()[-1]) / 1024
 
 
+def onnx_encoder(bundle: Path) -> Encoder | None:
+    """The bundle on the ONNX Runtime backend (same thread count as torch), or None without the
+    ``onnx`` extra."""
+    try:
+        import onnxruntime  # noqa: F401
+
+        from seqenc.onnx import export_onnx
+    except ImportError:
+        return None
+    export_onnx(bundle)
+    return load_encoder(bundle, "cpu", backend="onnxruntime")
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -134,9 +147,12 @@ def main() -> None:
     small = replace(config, d_model=RSS_D_MODEL, n_layers=1)
     rss_bundle = save_bundle(tmp / "small", SequenceEncoder(small), spec)
     encoder = load_encoder(bundle, "cpu")
+    runtime = onnx_encoder(bundle)
     n_events, flops = store.n_events, model_flops(store.lengths)
     executed = model_flops(padded_lengths(store.lengths))
     encoder.encode(events.head(2000))  # warm-up
+    if runtime is not None:
+        runtime.encode(events.head(2000))
     events_path = tmp / "events.parquet"
     events.to_parquet(events_path)
 
@@ -146,12 +162,19 @@ def main() -> None:
         )
 
     # Interleaved rounds, so that load from other jobs on a shared machine hits every measurement.
-    timings = {"peak": [], "encode": [], "export": []}
+    paths = {
+        "encode() in memory": lambda: encoder.encode(events),
+        "encode() in memory, ONNX Runtime backend": lambda: runtime.encode(events),
+        "export Parquet → Parquet": export,
+    }
+    if runtime is None:
+        del paths["encode() in memory, ONNX Runtime backend"]
+    timings = {"peak": [], **{name: [] for name in paths}}
     for _ in range(RUNS):
         timings["peak"].append(matmul_flops_per_s())
-        timings["encode"].append(median_time(lambda: encoder.encode(events), runs=1))
-        timings["export"].append(median_time(export, runs=1))
-    peak, t_encode, t_export = (float(np.median(timings[k])) for k in ("peak", "encode", "export"))
+        for name, fn in paths.items():
+            timings[name].append(median_time(fn, runs=1))
+    peak = float(np.median(timings["peak"]))
 
     rss = []
     for n in RSS_ENTITIES:
@@ -160,10 +183,7 @@ def main() -> None:
         log.to_parquet(path, row_group_size=100_000)  # readers decode a row group at a time
         rss.append((n, len(log), peak_rss_mb(rss_bundle, path, tmp / f"emb-{n}.parquet")))
 
-    rows = [
-        ("encode() in memory", t_encode),
-        ("export Parquet → Parquet", t_export),
-    ]
+    rows = [(name, float(np.median(timings[name]))) for name in paths]
     lines = [
         "# Encode and export throughput",
         "",

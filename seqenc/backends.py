@@ -70,6 +70,8 @@ class OnnxRuntimeBackend:
             raise SeqencError(f"{str(path)!r} is corrupt: its SHA-256 differs from {sums.name}")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # no warnings about unused initializers
+        # One thread setting for both backends: torch's (OMP_NUM_THREADS / torch.set_num_threads).
+        options.intra_op_num_threads = torch.get_num_threads()
         self.session = onnxruntime.InferenceSession(
             str(path), options, providers=["CPUExecutionProvider"]
         )

@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
 ON_EMPTY = ("raise", "skip")
 BACKENDS = ("torch", "onnxruntime")
-MAX_TOKENS = 4096  # padded positions per forward pass: cache-sized batches run fastest on a CPU
+# Padded positions per forward pass: batches whose activations stay near the CPU's caches run
+# fastest (2,048 beat 4,096 by 7-10 % at d=128 and tied at d=64: BENCHMARKS.md).
+MAX_TOKENS = 2048
 
 
 # ---------------------------------------------------------------------------------------------

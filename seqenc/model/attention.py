@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.functional import scaled_dot_product_attention
 
 from seqenc.model.embeddings import RotaryEmbedding
+from seqenc.model.linear import linear
 
 
 def time_bias_mask(bias: Tensor, lengths: Tensor, causal: bool) -> Tensor:
@@ -59,16 +60,41 @@ class SelfAttention(nn.Module):
         batch, length, d_model = x.shape
         q, k, v = (
             t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
-            for t in self.qkv(x).split(d_model, dim=-1)
+            for t in linear(x, self.qkv.weight, self.qkv.bias).split(d_model, dim=-1)
         )
         if rope is not None:
             q, k = rope(q, positions), rope(k, positions)
         return q, k, v
 
-    def merge(self, y: Tensor) -> Tensor:
-        """``[B, L, d]`` output projection of the per-head attention outputs ``y`` ``[B, H, L, hd]``."""
+    def project_newest(
+        self, x: Tensor, newest: Tensor, rope: RotaryEmbedding | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """As :meth:`project`, but the query only at each row's ``newest`` position (``[B]``):
+        ``q`` is ``[B, H, 1, head_dim]``; keys and values cover every position. A last-position
+        readout needs no other query, and skipping them saves a third of the projection."""
+        batch, length, d_model = x.shape
+        heads, head_dim = self.n_heads, d_model // self.n_heads
+        weight, bias = self.qkv.weight, self.qkv.bias
+        rows = torch.arange(batch, device=x.device)
+        q = linear(x[rows, newest], weight[:d_model], bias[:d_model]).view(
+            batch, heads, 1, head_dim
+        )
+        k, v = (
+            t.view(batch, length, heads, head_dim).transpose(1, 2)
+            for t in linear(x, weight[d_model:], bias[d_model:]).split(d_model, dim=-1)
+        )
+        if rope is not None:
+            q, k = rope(q, newest[:, None]), rope(k)
+        return q, k, v
+
+    def merge(
+        self, y: Tensor, residual: Tensor | None = None, dropout: nn.Dropout | None = None
+    ) -> Tensor:
+        """``[B, L, d]`` output projection of the per-head attention outputs ``y`` ``[B, H, L, hd]``,
+        added to ``residual`` after ``dropout`` when given (one fused call at CPU inference)."""
         batch, _, length, _ = y.shape
-        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+        y = y.transpose(1, 2).reshape(batch, length, -1)
+        return linear(y, self.out.weight, self.out.bias, residual=residual, dropout=dropout)
 
     def forward(
         self,
@@ -76,9 +102,12 @@ class SelfAttention(nn.Module):
         causal: bool,
         mask: Tensor | None = None,
         rope: RotaryEmbedding | None = None,
+        residual: Tensor | None = None,
+        dropout: nn.Dropout | None = None,
     ) -> Tensor:
         """``x``: ``[B, L, d]``; ``mask``: from :func:`key_padding_mask` (bidirectional only) or a
-        float bias from :func:`time_bias_mask` (either attention; replaces ``is_causal``)."""
+        float bias from :func:`time_bias_mask` (either attention; replaces ``is_causal``);
+        ``residual``, ``dropout``: as in :meth:`merge`."""
         q, k, v = self.project(x, rope)
         bias = mask is not None and mask.is_floating_point()
         if bias:
@@ -92,4 +121,4 @@ class SelfAttention(nn.Module):
             dropout_p=0.0,
             is_causal=use_causal,
         )
-        return self.merge(y)
+        return self.merge(y, residual, dropout)

@@ -113,7 +113,7 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
             y = scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = scaled_dot_product_attention(q, *heads, attn_mask=mask)
-        x = block.feed_forward(x + block.attn.merge(y))
+        x = block.feed_forward(block.attn.merge(y, residual=x))
     return model.ln_final(x)
 
 

@@ -18,6 +18,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
+from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
 from seqenc.model.repeat import RepeatHead, mixture_log_scores
 
@@ -131,7 +132,7 @@ class Block(nn.Module):
         if self.time_bias is not None:
             bias = self.time_bias(gaps).permute(0, 3, 1, 2)  # [B, H, L, L]
             mask = time_bias_mask(bias, lengths, causal)
-        x = x + self.drop(self.attn(self.ln_attn(x), causal, mask, rope))
+        x = self.attn(self.ln_attn(x), causal, mask, rope, residual=x, dropout=self.drop)
         return self.feed_forward(x)
 
     def newest(self, x: Tensor, rope: RotaryEmbedding | None, lengths: Tensor) -> Tensor:
@@ -143,16 +144,16 @@ class Block(nn.Module):
         """
         rows = torch.arange(x.shape[0], device=x.device)
         last = (lengths - 1).clamp(min=0)
-        q, k, v = self.attn.project(self.ln_attn(x), rope)
+        q, k, v = self.attn.project_newest(self.ln_attn(x), last, rope)
         keys = torch.arange(x.shape[1], device=x.device)[None, :] <= last[:, None]
-        y = scaled_dot_product_attention(
-            q[rows, :, last][:, :, None], k, v, attn_mask=keys[:, None, None, :]
-        )
-        return self.feed_forward(x[rows, last][:, None] + self.attn.merge(y))
+        y = scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
+        return self.feed_forward(self.attn.merge(y, x[rows, last][:, None], self.drop))
 
     def feed_forward(self, x: Tensor) -> Tensor:
         """The second residual branch: ``x + Drop(FFN(LN(x)))``."""
-        return x + self.drop(self.ffn["out"](F.gelu(self.ffn["up"](self.ln_ffn(x)))))
+        up, out = self.ffn["up"], self.ffn["out"]
+        hidden = linear(self.ln_ffn(x), up.weight, up.bias, gelu=True)
+        return linear(hidden, out.weight, out.bias, residual=x, dropout=self.drop)
 
 
 class SequenceEncoder(nn.Module):
