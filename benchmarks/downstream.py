@@ -14,8 +14,8 @@ One command::
    raw per-fold scores as JSON beside it. ``--merge A.json B.json --tag T`` makes one table from
    several runs of the same configuration (e.g. seeds 3 and 4 added later), without training.
 
-Berka tasks (see ``datasets/cards/berka.md``): gender, age_group, region, loan_default (ROC-AUC),
-age (R²). Sample task: account_type (ROC-AUC), every account at its last event.
+Berka tasks (see ``datasets/cards/berka.md``): gender, age_group, region, statement,
+loan_default, loan_next_12m (ROC-AUC), age (R²). Sample task: account_type (ROC-AUC), every account at its last event.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ BERKA_TASKS = {
     "region": "roc_auc",
     "statement": "roc_auc",
     "loan_default": "roc_auc",
+    "loan_next_12m": "roc_auc",
     "age": "r2",
 }
 BERKA_SCHEMA = EventSchema(

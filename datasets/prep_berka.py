@@ -14,11 +14,13 @@ Events: ``account_id`` (entity), ``item`` = ``type|operation|k_symbol`` (the tra
 order (by date), so same-day ties keep it too.
 
 Labels: every account with a transaction gets one *static* row (``as_of`` = the last date in the
-log) with ``gender``, ``age``, ``age_group`` and ``region``; every account with a loan also gets one
-*loan* row whose ``as_of`` is the day before the loan (or the log's end if that comes first), with
-``loan_default`` and ``loan_status``; a loan with no transaction at or before its ``as_of`` has no
-row. A column is null on the rows of the other kind: select a task by dropping the nulls of its
-column and read each row's events up to its ``as_of``.
+log) with ``gender``, ``age``, ``age_group``, ``region`` and ``statement``; every account with a
+loan also gets one *loan* row whose ``as_of`` is the day before the loan (or the log's end if that
+comes first), with ``loan_default`` and ``loan_status``; a loan with no transaction at or before its
+``as_of`` has no row. Every account with a transaction and no loan at or before one common cut-off
+(the log's last day) gets one *propensity* row with ``loan_next_12m``: 1 if it is granted a loan in
+the 12 months after the cut-off. A column is null on the rows of the other kinds: select a task by
+dropping the nulls of its column and read each row's events up to its ``as_of``.
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file
 
+# The day after the full Berka data's last day (1998-12-31): no loan after it is known.
+DATA_END = pd.Timestamp("1999-01-01")
 # Age is measured at one fixed date for every account (the end of the full Berka data), so the
 # label does not depend on the cut-off of the log.
-AGE_REFERENCE = pd.Timestamp("1999-01-01")
+AGE_REFERENCE = DATA_END
+HORIZON = pd.DateOffset(months=12)  # the loan-propensity window after its cut-off
 EMPTY = "-"
 STATEMENTS = {  # account.asc frequency -> statement label
     "POPLATEK MESICNE": "monthly",
@@ -187,8 +192,8 @@ def static_labels(data: Path, accounts: pd.Index, as_of: pd.Timestamp) -> pd.Dat
     return out[["account_id", "as_of", "gender", "age", "age_group", "region", "statement"]]
 
 
-def loan_labels(data: Path, events: pd.DataFrame) -> pd.DataFrame:
-    """One row per loan: default (status B or D) read from the transactions before the loan day."""
+def read_loans(data: Path) -> pd.DataFrame:
+    """``loan.asc`` as ``account_id``, ``loan_date`` (UTC midnight) and ``loan_status`` (A/B/C/D)."""
     path = data / "loan.asc"
     loan = read_table(path, ["account_id", "date", "amount", "status"])
     loans = pd.DataFrame(
@@ -203,6 +208,12 @@ def loan_labels(data: Path, events: pd.DataFrame) -> pd.DataFrame:
         raise PrepError(
             f"loan.asc: column 'status' has {loans['loan_status'][bad].iloc[0]!r}, not A/B/C/D"
         )
+    return loans
+
+
+def loan_labels(loans: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """One row per loan: default (status B or D) read from the transactions before the loan day."""
+    loans = loans.copy()
     log_end = events["timestamp"].max()
     loans["as_of"] = (loans["loan_date"] - pd.Timedelta(days=1)).clip(upper=log_end)
     first = events.groupby("account_id")["timestamp"].min()
@@ -211,16 +222,38 @@ def loan_labels(data: Path, events: pd.DataFrame) -> pd.DataFrame:
     return loans[["account_id", "as_of", "loan_default", "loan_status"]]
 
 
+def propensity_labels(loans: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Loan propensity at one common cut-off: ``loan_next_12m`` = 1 if the account is granted a loan
+    in the ``HORIZON`` after it (the cut-off day excluded), else 0.
+
+    The cut-off is the log's last day, or earlier if the window would pass the end of the full data
+    (so every window is fully observed). Rows: the accounts with a transaction at or before the
+    cut-off and no loan at or before it (a running loan's repayments would give the answer away).
+    """
+    cutoff = min(events["timestamp"].max(), DATA_END.tz_localize("UTC") - HORIZON)
+    first = events.groupby("account_id")["timestamp"].min()
+    had_loan = loans.loc[loans["loan_date"] <= cutoff, "account_id"]
+    window = (loans["loan_date"] > cutoff) & (loans["loan_date"] <= cutoff + HORIZON)
+    accounts = first.index[(first <= cutoff) & ~first.index.isin(had_loan)]
+    granted = accounts.isin(loans.loc[window, "account_id"])
+    return pd.DataFrame(
+        {"account_id": accounts, "as_of": cutoff, "loan_next_12m": granted.astype("int64")}
+    )
+
+
 def labels_table(data: Path, events: pd.DataFrame) -> pd.DataFrame:
     accounts = pd.Index(np.sort(events["account_id"].unique()))
     static = static_labels(data, accounts, events["timestamp"].max())
-    loans = loan_labels(data, events)
-    labels = pd.concat([static, loans], ignore_index=True)
+    loans = read_loans(data)
+    labels = pd.concat(
+        [static, loan_labels(loans, events), propensity_labels(loans, events)], ignore_index=True
+    )
     labels["gender"] = labels["gender"].astype("string")
     labels["region"] = labels["region"].astype("string")
     labels["statement"] = labels["statement"].astype("string")
     labels["loan_status"] = labels["loan_status"].astype("string")
     labels["loan_default"] = labels["loan_default"].astype("Int64")
+    labels["loan_next_12m"] = labels["loan_next_12m"].astype("Int64")
     return labels.sort_values(["account_id", "as_of"], ignore_index=True)
 
 
@@ -245,12 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     write_parquet(events, args.out / "berka_events.parquet")
     write_parquet(labels, args.out / "berka_labels.parquet")
     n_loans = int(labels["loan_default"].notna().sum())
+    propensity = labels["loan_next_12m"].dropna()
     print(
         f"{len(events)} events of {events['account_id'].nunique()} accounts, "
         f"{events['item'].nunique()} categories, {events['timestamp'].min().date()} .. "
         f"{events['timestamp'].max().date()} -> {args.out / 'berka_events.parquet'}\n"
-        f"{len(labels) - n_loans} static label rows, {n_loans} loan rows "
-        f"({int(labels['loan_default'].sum())} defaults) -> {args.out / 'berka_labels.parquet'}"
+        f"{int(labels['gender'].notna().sum())} static label rows, {n_loans} loan rows "
+        f"({int(labels['loan_default'].sum())} defaults), {len(propensity)} propensity rows "
+        f"({int(propensity.sum())} with a loan in the next 12 months) -> "
+        f"{args.out / 'berka_labels.parquet'}"
     )
     return 0
 
