@@ -63,6 +63,12 @@ def fit(
     """Train one model with ``seqenc fit`` in ``work`` (its runs/ go there, so two benchmarks at
     once never share a run folder); returns the bundle of its best-validation (as ``seqenc fit``
     writes it) or last-epoch checkpoint, and the wall time."""
+    # `-- --config configs/X.yaml` names a file of the repository, as the main config does; the
+    # run's folder is `work`, so a relative path is resolved against the repository root here.
+    extra = [
+        str(ROOT / arg) if prev == "--config" and not Path(arg).is_absolute() else arg
+        for prev, arg in zip(["", *extra], extra, strict=False)
+    ]
     cmd = [
         sys.executable, "-m", "seqenc.cli", "fit",
         "--config", str(ROOT / config),
