@@ -162,13 +162,10 @@ def main() -> None:
         )
 
     # Interleaved rounds, so that load from other jobs on a shared machine hits every measurement.
-    paths = {
-        "encode() in memory": lambda: encoder.encode(events),
-        "encode() in memory, ONNX Runtime backend": lambda: runtime.encode(events),
-        "export Parquet → Parquet": export,
-    }
-    if runtime is None:
-        del paths["encode() in memory, ONNX Runtime backend"]
+    paths = {"encode() in memory": lambda: encoder.encode(events)}
+    if runtime is not None:
+        paths["encode() in memory, ONNX Runtime backend"] = lambda: runtime.encode(events)
+    paths["export Parquet → Parquet"] = export
     timings = {"peak": [], **{name: [] for name in paths}}
     for _ in range(RUNS):
         timings["peak"].append(matmul_flops_per_s())

@@ -52,16 +52,19 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
+    def split_heads(self, t: Tensor) -> Tensor:
+        """``[B, L, d]`` → ``[B, H, L, head_dim]``."""
+        batch, length, d_model = t.shape
+        return t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
+
     def project(
         self, x: Tensor, rope: RotaryEmbedding | None = None, positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(q, k, v)``, each ``[B, H, L, head_dim]``, rotary positions applied to q and k
         (``positions``: ``[B, L]``, default ``0 … L-1``)."""
-        batch, length, d_model = x.shape
-        q, k, v = (
-            t.view(batch, length, self.n_heads, d_model // self.n_heads).transpose(1, 2)
-            for t in linear(x, self.qkv.weight, self.qkv.bias).split(d_model, dim=-1)
-        )
+        d_model = x.shape[-1]
+        qkv = linear(x, self.qkv.weight, self.qkv.bias).split(d_model, dim=-1)
+        q, k, v = (self.split_heads(t) for t in qkv)
         if rope is not None:
             q, k = rope(q, positions), rope(k, positions)
         return q, k, v
@@ -72,17 +75,12 @@ class SelfAttention(nn.Module):
         """As :meth:`project`, but the query only at each row's ``newest`` position (``[B]``):
         ``q`` is ``[B, H, 1, head_dim]``; keys and values cover every position. A last-position
         readout needs no other query, and skipping them saves a third of the projection."""
-        batch, length, d_model = x.shape
-        heads, head_dim = self.n_heads, d_model // self.n_heads
+        d_model = x.shape[-1]
         weight, bias = self.qkv.weight, self.qkv.bias
-        rows = torch.arange(batch, device=x.device)
-        q = linear(x[rows, newest], weight[:d_model], bias[:d_model]).view(
-            batch, heads, 1, head_dim
-        )
-        k, v = (
-            t.view(batch, length, heads, head_dim).transpose(1, 2)
-            for t in linear(x, weight[d_model:], bias[d_model:]).split(d_model, dim=-1)
-        )
+        rows = torch.arange(x.shape[0], device=x.device)
+        q = self.split_heads(linear(x[rows, newest][:, None], weight[:d_model], bias[:d_model]))
+        kv = linear(x, weight[d_model:], bias[d_model:]).split(d_model, dim=-1)
+        k, v = (self.split_heads(t) for t in kv)
         if rope is not None:
             q, k = rope(q, newest[:, None]), rope(k)
         return q, k, v
