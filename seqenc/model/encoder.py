@@ -17,6 +17,7 @@ from torch.nn.functional import scaled_dot_product_attention
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.batch import N_SPECIAL, Batch
+from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
@@ -112,7 +113,7 @@ class Block(nn.Module):
         self.attn = SelfAttention(d, config.n_heads)
         self.ln_ffn = nn.LayerNorm(d)
         self.ffn = nn.ModuleDict({"up": nn.Linear(d, hidden), "out": nn.Linear(hidden, d)})
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.time_bias = (
             nn.Embedding(config.n_time_buckets, config.n_heads)
             if config.time and config.time_bias
@@ -179,7 +180,7 @@ class SequenceEncoder(nn.Module):
             if config.positional == "rope"
             else None
         )
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_final = nn.LayerNorm(config.d_model)
         self.repeat = (
