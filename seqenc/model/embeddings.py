@@ -88,11 +88,13 @@ class TokenEmbedding(nn.Module):
 
         ``positions``: ``[B, L]`` position of each token in its history (default ``0 … L-1``; an
         incremental encode passes the positions after the cached ones)."""
+        # Summed in place into the item vectors (a fresh tensor no backward needs): each added table
+        # then costs one pass over x instead of allocating another [B, L, d] tensor.
         x = self.item(items)
         if self.position is not None:
             if positions is None:
                 positions = torch.arange(items.shape[1], device=items.device)
-            x = x + self.position(positions)
+            x.add_(self.position(positions))
         pad = torch.full_like(items, self.n_time_buckets)
         for table, gaps in (
             (self.dt_prev, dt_prev),
@@ -100,8 +102,8 @@ class TokenEmbedding(nn.Module):
             (self.dt_ref, dt_ref),
         ):
             if table is not None:
-                x = x + table(
-                    torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)
+                x.add_(
+                    table(torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad))
                 )
         if len(self.categorical) != categorical.shape[-1]:
             raise SeqencError(
@@ -109,7 +111,7 @@ class TokenEmbedding(nn.Module):
                 f"for {len(self.categorical)} (EncoderConfig.categorical_sizes)"
             )
         for column, embedding in enumerate(self.categorical):
-            x = x + embedding(categorical[..., column])
+            x.add_(embedding(categorical[..., column]))
         n_numeric = 0 if self.numeric is None else self.numeric.in_features
         if numeric.shape[-1] != n_numeric:
             raise SeqencError(
@@ -117,7 +119,7 @@ class TokenEmbedding(nn.Module):
                 f"{n_numeric} (EncoderConfig.n_numeric)"
             )
         if self.numeric is not None:
-            x = x + self.numeric(signed_log(numeric))
+            x.add_(self.numeric(signed_log(numeric)))
         return x
 
 
