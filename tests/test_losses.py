@@ -65,10 +65,13 @@ def test_full_ce_without_grad_and_with_no_rows() -> None:
     assert (hidden.grad == 0).all()
 
 
-def test_full_ce_under_cpu_bf16_autocast() -> None:
+@pytest.mark.parametrize("how", ["autocast", "matmul_dtype"])
+def test_full_ce_in_bf16(how: str) -> None:
+    """bf16 output-layer matmuls, from CPU autocast or from the loss option alone."""
     hidden, weight, targets = make_case(n_rows=64, n_items=300, d=32)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = full_softmax_ce(hidden, weight, targets, chunk_size=16)
+    option = {"matmul_dtype": "bfloat16"} if how == "matmul_dtype" else {}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=how == "autocast"):
+        loss = full_softmax_ce(hidden, weight, targets, chunk_size=16, **option)
         grads = torch.autograd.grad(loss, (hidden, weight))
     assert loss.dtype == torch.float32 and grads[0].dtype == torch.float32
     # reference: bf16 logits, float32 softmax, the way the fused path computes them
@@ -179,6 +182,12 @@ def test_gbce_formula_and_special_cases() -> None:
         gbce(hidden, weight, targets, 1, 0.0, torch.Generator().manual_seed(1)),
         bce_one_negative(hidden, weight, targets, torch.Generator().manual_seed(1)),
     )
+
+
+def test_full_ce_rejects_an_unknown_matmul_dtype() -> None:
+    hidden, weight, targets = make_case()
+    with pytest.raises(SeqencError, match="matmul_dtype='fp8'"):
+        full_softmax_ce(hidden, weight, targets, matmul_dtype="fp8")
 
 
 def test_compute_loss_by_name() -> None:
