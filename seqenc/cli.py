@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -79,8 +80,10 @@ def _run_name(argv: list[str]) -> str:
 def trainer_defaults(name: str) -> dict:
     """Checkpoints of the best validation NDCG@10 and of the last epoch, the bundle at the end,
     gradient clipping, CSV + TensorBoard logs in one folder (early stopping is the
-    ``early_stopping`` config section)."""
-    version = time.strftime("%Y%m%d-%H%M%S")
+    ``early_stopping`` config section). The run folder is ``runs/<name>/<start time>-<pid>``: runs
+    started in the same second (a seed sweep launched at once) never share logs, checkpoints or
+    bundle."""
+    version = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     loggers = [
         {
             "class_path": f"lightning.pytorch.loggers.{cls}",

@@ -169,6 +169,16 @@ def test_fit_user_errors_are_one_line(tmp_path, monkeypatch, capsys, args, messa
         main(["fit", *args])
 
 
+def test_concurrent_runs_get_their_own_folder(monkeypatch):
+    """Two processes started in the same second: same start time, different run folders."""
+    monkeypatch.setattr("time.strftime", lambda fmt: "20260101-000000")
+    versions = set()
+    for pid in (101, 102):
+        monkeypatch.setattr("os.getpid", lambda pid=pid: pid)
+        versions |= {lg["init_args"]["version"] for lg in trainer_defaults("x")["logger"]}
+    assert versions == {"20260101-000000-101", "20260101-000000-102"}
+
+
 def test_loggers_fall_back_to_csv_without_tensorboard(monkeypatch, capsys):
     assert [lg["class_path"].rsplit(".")[-1] for lg in trainer_defaults("x")["logger"]] == [
         "CSVLogger",
