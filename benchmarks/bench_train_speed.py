@@ -1,4 +1,4 @@
-"""ml-1m training speed on this CPU: SDPA fp32 / bf16 output layer / bf16 autocast / naive attention / loss.
+"""ml-1m training speed on this CPU: seqenc as configured, with one part swapped out, and RePlay.
 
     .venv/bin/python benchmarks/bench_train_speed.py [--batches 3] [--repeats 3]
         [--replay-python /work/peers/replay/bin/python [--replay-full-epoch]]
@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import seqenc.model.attention as attention_module
 from seqenc.data.batches import Batch
@@ -103,39 +104,34 @@ def attention(fn: Callable[..., torch.Tensor] | None) -> Iterator[None]:
         attention_module.scaled_dot_product_attention = original
 
 
-# "bf16": the variant uses bf16 somewhere (skipped by --no-bf16); "autocast": the whole step under
-# CPU bf16 autocast.
+def variant(
+    loss: Callable = full_softmax_ce,
+    attn: Callable | None = None,
+    autocast: bool = False,
+    bf16: bool = False,
+    torch_dropout: bool = False,
+) -> dict:
+    """One timed setting: ``bf16`` marks variants that use bf16 anywhere (skipped by --no-bf16),
+    ``autocast`` runs the whole step under CPU bf16 autocast, ``torch_dropout`` swaps seqenc's CPU
+    dropout for ``nn.Dropout`` (``bernoulli_`` masks), the baseline of that change."""
+    return {
+        "loss": loss,
+        "attn": attn,
+        "autocast": autocast,
+        "bf16": bf16 or autocast,
+        "torch_dropout": torch_dropout,
+    }
+
+
 VARIANTS = {
-    "SDPA fp32, fused CE": {
-        "bf16": False,
-        "autocast": False,
-        "attn": None,
-        "loss": full_softmax_ce,
-    },
-    "SDPA fp32, fused CE with bf16 output-layer matmuls (`loss_options: {matmul_dtype: bfloat16}`)": {
-        "bf16": True,
-        "autocast": False,
-        "attn": None,
-        "loss": functools.partial(full_softmax_ce, matmul_dtype="bfloat16"),
-    },
-    "SDPA bf16 autocast, fused CE": {
-        "bf16": True,
-        "autocast": True,
-        "attn": None,
-        "loss": full_softmax_ce,
-    },
-    "naive attention fp32, fused CE": {
-        "bf16": False,
-        "autocast": False,
-        "attn": naive_sdpa,
-        "loss": full_softmax_ce,
-    },
-    "SDPA fp32, naive CE (materialised logits)": {
-        "bf16": False,
-        "autocast": False,
-        "attn": None,
-        "loss": naive_ce,
-    },
+    "SDPA fp32, fused CE": variant(),
+    "SDPA fp32, fused CE, bf16 output-layer matmuls (`loss_options: {matmul_dtype: bfloat16}`)": (
+        variant(loss=functools.partial(full_softmax_ce, matmul_dtype="bfloat16"), bf16=True)
+    ),
+    "SDPA bf16 autocast, fused CE": variant(autocast=True),
+    "SDPA fp32, fused CE, torch's nn.Dropout (bernoulli_ masks)": variant(torch_dropout=True),
+    "naive attention fp32, fused CE": variant(attn=naive_sdpa),
+    "SDPA fp32, naive CE (materialised logits)": variant(loss=naive_ce),
 }
 
 
@@ -146,6 +142,9 @@ def time_variant(variant: dict, n_items: int, sample: list[tuple[Batch, torch.Te
         n_items=n_items, d_model=64, n_layers=2, n_heads=2, max_len=MAX_LEN, time=False, causal=True
     )
     model = SequenceEncoder(config).train()
+    if variant["torch_dropout"]:
+        for module in [model, *model.blocks]:
+            module.drop = nn.Dropout(module.drop.p)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step(batch: Batch, labels: torch.Tensor) -> None:
