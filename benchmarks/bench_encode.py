@@ -6,7 +6,7 @@ Run from the repository root (about 3-5 minutes on 2 CPU cores)::
 
 Model: a random-weights causal encoder, d=128, 2 layers, 2 heads, FFN 4d, max_len 512, on the
 synthetic account log (:func:`seqenc.data.synthetic.generate_events`, 2000 items). Each timing is
-the median of 3 interleaved rounds (matmul peak, encode, export). FLOPs are counted analytically on *real* events only (padding is overhead):
+the median of 5 interleaved rounds (matmul peak, encode, export). FLOPs are counted analytically on *real* events only (padding is overhead):
 per layer and history of ``L`` events, ``2·L·12·d²`` for the QKV, output and FFN matmuls plus
 ``4·d·L²`` for the attention scores and weighted sum. They are compared with this machine's dense
 float32 matmul rate measured in the same run (``torch.mm`` of 2048×2048, median of 5).
@@ -45,7 +45,7 @@ from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 D_MODEL, N_LAYERS, N_HEADS, FFN_MULT, MAX_LEN = 128, 2, 2, 4, 512
 N_ENTITIES, N_ITEMS = 1000, 2000
 RSS_ENTITIES, RSS_CHUNK_EVENTS, RSS_D_MODEL = (2000, 20000), 50_000, 32
-RUNS = 3
+RUNS = 5
 RESULTS = Path(__file__).resolve().parent / "results" / "encode.md"
 
 

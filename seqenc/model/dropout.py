@@ -18,7 +18,7 @@ from torch import Tensor, nn
 LEVELS = 2**16  # the mask's resolution: one int16 lane of a 64-bit random draw per element
 
 
-def fast_dropout(x: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
+def fast_dropout(x: Tensor, p: float) -> Tensor:
     """``x`` with each element zeroed with probability ``round(p * 65536) / 65536`` and the rest
     scaled to keep the expectation; differentiable in ``x`` (the mask is a constant)."""
     dropped = round(p * LEVELS)
@@ -26,7 +26,7 @@ def fast_dropout(x: Tensor, p: float, generator: torch.Generator | None = None) 
         return x
     n = x.numel()
     draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
-    draws.random_(-(2**63), None, generator=generator)  # all 64 bits uniform
+    draws.random_(-(2**63), None)  # all 64 bits uniform, from the default generator
     lanes = draws.view(torch.int16)[:n].view(x.shape)  # uniform on [-32768, 32767]
     keep = lanes >= dropped - LEVELS // 2
     return x.mul(keep).mul_(LEVELS / (LEVELS - dropped))
