@@ -259,12 +259,11 @@ def test_prep_berka_counts_and_loan_cutoffs(shared_data, tmp_path):
     assert len(loans) == 160 and loans["loan_default"].sum() == 25  # B 18 + D 7
     loan = pd.read_csv(berka / "loan.asc", sep=";")
     loan_day = pd.to_datetime("19" + loan["date"].astype(str), format="%Y%m%d", utc=True)
-    granted = loans["account_id"].map(dict(zip(loan["account_id"], loan_day, strict=True)))
-    assert (loans["as_of"] < granted).all()  # never reads the loan day or later
+    day = dict(zip(loan["account_id"], loan_day, strict=True))  # one loan per account in Berka
+    assert (loans["as_of"] < loans["account_id"].map(day)).all()  # never the loan day or later
     propensity = labels[labels["loan_next_12m"].notna()]
     cutoff = events["timestamp"].max()  # 1994-03-31: the log's last day, one cut-off for all rows
     assert (propensity["as_of"] == cutoff).all()
-    day = dict(zip(loan["account_id"], loan_day, strict=True))  # one loan per account in Berka
     granted = propensity["account_id"].map(day)
     assert not (granted <= cutoff).any()  # an account with a loan at the cut-off has no row
     late = (granted > cutoff) & (granted <= pd.Timestamp("1995-03-31", tz="UTC"))
