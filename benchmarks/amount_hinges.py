@@ -10,7 +10,6 @@ every amount mean (overall and per category) at its 7 inner octiles, same 5 fold
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pandas as pd
 from seqenc.evaluate import aggregate_features
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from downstream import BERKA_SCHEMA, ROOT, scores  # noqa: E402
+from downstream import BERKA_SCHEMA, ROOT, prepare_berka, scores  # noqa: E402
 
 
 def hinges(aggregates: pd.DataFrame) -> pd.DataFrame:
@@ -41,12 +40,7 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data/berka")
     parser.add_argument("--work", default=str(ROOT / "benchmarks/out/amount_hinges"))
     args = parser.parse_args()
-    work = Path(args.work).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
-    subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
-    events = pd.read_parquet(work / "berka_events.parquet")
-    labels = pd.read_parquet(work / "berka_labels.parquet")
+    events, labels = prepare_berka(args.data, Path(args.work).resolve())
     on = ["account_id", "as_of"]
     aggregates = aggregate_features(events, BERKA_SCHEMA, labels[on].drop_duplicates())
     extended = hinges(aggregates)

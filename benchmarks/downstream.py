@@ -91,6 +91,15 @@ def fit(
     return bundle, time.perf_counter() - start
 
 
+def prepare_berka(data: str, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``datasets/prep_berka.py`` from ``data`` into ``work``: its events and labels tables."""
+    work.mkdir(parents=True, exist_ok=True)
+    prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", data]
+    subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
+    events = pd.read_parquet(work / "berka_events.parquet")
+    return events, pd.read_parquet(work / "berka_labels.parquet")
+
+
 def scores(features: pd.DataFrame, labels: pd.DataFrame, task: str, on: list[str]) -> dict:
     result = probe(features, labels, label_column=task, on=on, seed=0)
     return {"n_rows": result.n_rows, "folds": {k: v.tolist() for k, v in result.folds.items()}}
@@ -203,10 +212,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     on = ["account_id", "as_of"]
     if tasks:
-        prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
-        subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
-        events = pd.read_parquet(work / "berka_events.parquet")
-        labels = pd.read_parquet(work / "berka_labels.parquet")
+        events, labels = prepare_berka(args.data, work)
         cutoffs = labels[on].drop_duplicates()
         aggregates = aggregate_features(events, BERKA_SCHEMA, cutoffs)
     sample = pd.read_parquet(SAMPLE)

@@ -13,7 +13,6 @@ money out and money in, and the last balance. Same 5 folds::
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pandas as pd
 from seqenc.evaluate import aggregate_features
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from downstream import BERKA_SCHEMA, ROOT, scores  # noqa: E402
+from downstream import BERKA_SCHEMA, ROOT, prepare_berka, scores  # noqa: E402
 
 CUTOFF = pd.Timestamp("1993-12-31", tz="UTC")
 HORIZON_END = pd.Timestamp("1994-03-30", tz="UTC")
@@ -51,11 +50,7 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data/berka")
     parser.add_argument("--work", default=str(ROOT / "benchmarks/out/forward_windows"))
     args = parser.parse_args()
-    work = Path(args.work).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", args.data]
-    subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
-    events = pd.read_parquet(work / "berka_events.parquet")
+    events, _ = prepare_berka(args.data, Path(args.work).resolve())
     past = events[events["timestamp"] <= CUTOFF]
     future = events[(events["timestamp"] > CUTOFF) & (events["timestamp"] <= HORIZON_END)]
     accounts = pd.Index(past["account_id"].unique())
