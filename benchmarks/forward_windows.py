@@ -34,14 +34,14 @@ def per_account(events: pd.DataFrame, accounts: pd.Index) -> dict[str, np.ndarra
     """``log1p`` of money out, money in and the event count of ``events``, per account."""
     out = events["type"].isin(OUTGOING)
 
-    def total(values: pd.Series, keys: pd.Series) -> np.ndarray:
-        return np.log1p(values.groupby(keys).sum().reindex(accounts).fillna(0).to_numpy())
+    def total(values: pd.Series) -> np.ndarray:
+        sums = values.groupby(events["account_id"]).sum()
+        return np.log1p(sums.reindex(accounts).fillna(0).to_numpy())
 
-    ids = events["account_id"]
     return {
-        "out": total(events["amount"].where(out, 0.0), ids),
-        "in": total(events["amount"].where(~out, 0.0), ids),
-        "n": total(pd.Series(1.0, index=events.index), ids),
+        "out": total(events["amount"].where(out, 0.0)),
+        "in": total(events["amount"].where(~out, 0.0)),
+        "n": total(pd.Series(1.0, index=events.index)),
     }
 
 
