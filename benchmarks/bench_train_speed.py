@@ -57,9 +57,12 @@ def shared_data() -> Path:
 
 
 def epoch_batches(path: Path, seed: int = 0) -> tuple[list[tuple[Batch, torch.Tensor]], int]:
-    """One epoch of (input batch, next-item labels) exactly as ``seqenc fit`` builds them (the
-    DataModule's length-bucketed leave-one-out training windows), and the item vocabulary size."""
-    data = SequenceDataModule(str(path), format="ml1m-sequences", max_len=MAX_LEN, batch_size=BATCH)
+    """One epoch of (input batch, next-item labels) as ``seqenc fit`` builds them (the DataModule's
+    length-bucketed leave-one-out samples), and the item vocabulary size. Each history's newest
+    window only (``windows=False``), as RePlay and RecTools train, so an epoch is the same work."""
+    data = SequenceDataModule(
+        str(path), format="ml1m-sequences", max_len=MAX_LEN, batch_size=BATCH, windows=False
+    )
     data.seed = seed
     pairs = []
     for window in data.train_dataloader():

@@ -55,6 +55,18 @@ def test_train_windows_are_bucketed_and_deterministic(events):
     assert real / padded > 0.8
 
 
+@pytest.mark.parametrize("windows", [True, False])
+def test_train_targets_cover_long_histories(events, windows):
+    """With windows every training event but an entity's first is a target once; without, only
+    the newest ``max_len + 1`` events of each history are seen."""
+    dm = _datamodule(events, windows=windows)
+    train = dm.splits[0]
+    targets = sum(int((b.items[:, 1:] != 0).sum()) for b in dm.train_dataloader())
+    lengths = train.lengths if windows else np.minimum(train.lengths, 51)
+    assert targets == int((lengths - 1).sum())
+    assert (train.lengths > 51).any()  # the fixture has histories longer than one window
+
+
 def test_workers_give_the_same_batches(events):
     plain = [b.items for b in _datamodule(events).val_dataloader()]
     workers = [b.items for b in _datamodule(events, num_workers=2).val_dataloader()]

@@ -1,4 +1,4 @@
-"""full_view and leave_one_out on a hand-made store."""
+"""full_view, leave_one_out and training_windows on a hand-made store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from seqenc.data.sequences import SequenceStore
-from seqenc.data.split import full_view, leave_one_out
+from seqenc.data.split import full_view, leave_one_out, training_windows
 from seqenc.errors import SeqencError
 
 
@@ -55,3 +55,39 @@ def test_leave_one_out_min_len():
     assert train.rows.tolist() == [0]
     with pytest.raises(SeqencError, match="min_len >= 3"):
         leave_one_out(store_of([5]), min_len=2)
+
+
+def test_training_windows_hand_made():
+    store = store_of([10, 4, 1])  # events 0-9, 10-13, 14
+    view = full_view(store)
+    windows = training_windows(view, 4)  # targets 7-9 | 4-6 | 1-3; 11-13; none
+    assert windows.rows.tolist() == [0, 0, 0, 1, 2]
+    assert windows.ends.tolist() == [10, 7, 4, 14, 15]
+    assert windows.starts.tolist() == [6, 3, 0, 10, 14]
+    assert windows.targets is None
+    with pytest.raises(SeqencError, match="at least 2"):
+        training_windows(view, 1)
+
+
+@pytest.mark.parametrize("size", [2, 3, 5, 8, 50])
+def test_training_windows_target_every_event_once(size):
+    """Property: each event but a history's first is a next-event target in exactly one window,
+    every window holds at most ``size`` events, and a history that fits is left as one window."""
+    rng = np.random.default_rng(size)
+    lengths = rng.integers(1, 40, size=30).tolist()
+    store = store_of(lengths)
+    view = full_view(store)
+    windows = training_windows(view, size)
+    assert (windows.lengths <= size).all() and (windows.lengths >= 1).all()
+    targets = np.concatenate(
+        [np.arange(s + 1, e) for s, e in zip(windows.starts, windows.ends, strict=True)]
+    )
+    firsts = store.offsets[:-1][np.asarray(lengths) > 0]
+    expected = np.setdiff1d(np.arange(sum(lengths)), firsts)
+    assert np.array_equal(np.sort(targets), expected)
+    fits = view.lengths <= size
+    assert np.array_equal(np.bincount(windows.rows, minlength=len(view))[fits], np.ones(fits.sum()))
+    # The newest window of each history is the truncated history itself.
+    newest = windows.ends == store.offsets[windows.rows + 1]
+    assert np.array_equal(windows.rows[newest], np.arange(len(view)))
+    assert np.array_equal(windows.starts[newest], np.maximum(view.starts, view.ends - size))

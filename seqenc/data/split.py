@@ -77,3 +77,22 @@ def leave_one_out(
     val = SequenceView(store, rows, starts, ends - 2, targets=ends - 2)
     test = SequenceView(store, rows, starts, ends - 1, targets=ends - 1)
     return train, val, test
+
+
+def training_windows(view: SequenceView, size: int) -> SequenceView:
+    """Cut each sample into windows of ``size`` events so that a long history trains on all of it.
+
+    Windows end at ``end``, ``end - (size - 1)``, ``end - 2 (size - 1)``, …: consecutive windows
+    share one event, the input-only first event of the newer one and the last target of the older
+    one, so every event but a history's first is a next-event target exactly once. Without this a
+    model fed the newest ``size`` events never learns from the rest (a third of MovieLens-1M's
+    events at ``size`` 201). A window of fewer than two events holds no target and is dropped.
+    """
+    if size < 2:
+        raise SeqencError(f"training windows need at least 2 events, got {size!r}")
+    counts = np.maximum(-(-(view.lengths - 1) // (size - 1)), 1)  # ceil((n - 1) / (size - 1))
+    sample = np.repeat(np.arange(len(view)), counts)
+    k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    ends = view.ends[sample] - k * (size - 1)
+    starts = np.maximum(view.starts[sample], ends - size)
+    return SequenceView(view.store, view.rows[sample], starts, ends)
