@@ -51,11 +51,11 @@ class SequenceDataModule(pl.LightningDataModule):
             ``max_len + 1`` events: a history and the event that follows it, which the objective
             turns into inputs and labels (:mod:`seqenc.model.objectives`).
         min_len: entities with fewer events are left out of the splits.
+        min_count: items seen fewer times map to UNK.
         windows: train on every ``max_len + 1``-event window of a long history
             (:func:`~seqenc.data.split.training_windows`), so each event is a target once; ``False``
             trains on the newest window only, as the original SASRec does. Only histories longer
-            than a window change (a third of MovieLens-1M's events, none of a 50-event Amazon one).
-        min_count: items seen fewer times map to UNK.
+            than a window change: a third of MovieLens-1M's events, 3 % of Amazon Beauty's.
         batch_size, eval_batch_size: samples per training / evaluation batch.
         bucket_factor: batches per length-sorted mega-batch (see :class:`BucketBatchSampler`).
         num_workers: DataLoader worker processes.

@@ -86,7 +86,7 @@ def training_windows(view: SequenceView, size: int) -> SequenceView:
     share one event, the input-only first event of the newer one and the last target of the older
     one, so every event but a history's first is a next-event target exactly once. Without this a
     model fed the newest ``size`` events never learns from the rest (a third of MovieLens-1M's
-    events at ``size`` 201). A window of fewer than two events holds no target and is dropped.
+    events at ``size`` 201). A sample that fits is returned as one window, unchanged.
     """
     if size < 2:
         raise SeqencError(f"training windows need at least 2 events, got {size!r}")
