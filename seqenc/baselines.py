@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from seqenc.data.split import SequenceView
+from seqenc.data.split import SequenceView, ragged_positions
 from seqenc.data.vocab import N_SPECIAL
 from seqenc.metrics import RankingMetrics
 
@@ -34,8 +34,7 @@ def _flat_history(view: SequenceView, idx: np.ndarray) -> tuple[np.ndarray, np.n
     absolute index in the store, oldest first within each sample."""
     starts, ends = view.starts[idx], view.ends[idx]
     counts = ends - starts
-    sample = np.repeat(np.arange(len(idx)), counts)
-    event = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    sample, event = ragged_positions(counts)
     return sample, np.repeat(starts, counts) + event
 
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
+from seqenc.data.split import SequenceView, ragged_positions
 from seqenc.model.batch import Batch
-
-if TYPE_CHECKING:
-    from seqenc.data.split import SequenceView
 
 
 def collate(
@@ -57,8 +53,7 @@ def collate(
     seen = None
     if with_seen:
         counts = ends - full_starts
-        batch_row = np.repeat(np.arange(n_rows), counts)
-        event = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        batch_row, event = ragged_positions(counts)
         seen_items = store.items[np.repeat(full_starts, counts) + event]
         seen = torch.from_numpy(np.stack([batch_row, seen_items]))
     return Batch(

@@ -41,6 +41,13 @@ class SequenceView:
         return len(self.rows)
 
 
+def ragged_positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(group, position)`` of each of ``counts.sum()`` flat slots: the group ``i`` it belongs to
+    (``counts[i]`` slots each, in order) and its index within that group, vectorized."""
+    group = np.repeat(np.arange(len(counts)), counts)
+    return group, np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
 def full_view(store: SequenceStore) -> SequenceView:
     """Every entity's whole history, no target (inference / embedding export)."""
     offsets = store.offsets.astype(np.int64)
@@ -91,8 +98,7 @@ def training_windows(view: SequenceView, size: int) -> SequenceView:
     if size < 2:
         raise SeqencError(f"training windows need at least 2 events, got {size!r}")
     counts = np.maximum(-(-(view.lengths - 1) // (size - 1)), 1)  # ceil((n - 1) / (size - 1))
-    sample = np.repeat(np.arange(len(view)), counts)
-    k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    sample, k = ragged_positions(counts)
     ends = view.ends[sample] - k * (size - 1)
     starts = np.maximum(view.starts[sample], ends - size)
     return SequenceView(view.store, view.rows[sample], starts, ends)
