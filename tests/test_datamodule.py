@@ -55,6 +55,22 @@ def test_train_windows_are_bucketed_and_deterministic(events):
     assert real / padded > 0.8
 
 
+def test_batch_order_follows_seed_everything(events, monkeypatch):
+    """Without an explicit ``seed`` the order follows ``seed_everything``, so a seed sweep varies
+    it; an explicit seed wins."""
+    from lightning.pytorch import seed_everything
+
+    def order(**kw):
+        return [b.index.tolist() for b in _datamodule(events, **kw).train_dataloader()]
+
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    assert order() == order(seed=0)
+    monkeypatch.setenv("PL_GLOBAL_SEED", "0")  # restored after the test
+    seed_everything(2, verbose=False)
+    assert order() == order(seed=2) != order(seed=0)
+    assert order(seed=1) == order(seed=1) != order()
+
+
 @pytest.mark.parametrize("windows", [True, False])
 def test_train_targets_cover_long_histories(events, windows):
     """With windows every training event but an entity's first is a target once; without, only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from typing import Any
 
@@ -59,7 +60,9 @@ class SequenceDataModule(pl.LightningDataModule):
         batch_size, eval_batch_size: samples per training / evaluation batch.
         bucket_factor: batches per length-sorted mega-batch (see :class:`BucketBatchSampler`).
         num_workers: DataLoader worker processes.
-        seed: the batch order depends only on this and the epoch.
+        seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
+            the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
+            a seed sweep varies the batch order as well as the initialisation; 0 without one.
     """
 
     def __init__(
@@ -75,7 +78,7 @@ class SequenceDataModule(pl.LightningDataModule):
         eval_batch_size: int = 256,
         bucket_factor: int = 50,
         num_workers: int = 0,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         self.path, self.format, self.schema = path, format, schema or EventSchema()
@@ -131,13 +134,20 @@ class SequenceDataModule(pl.LightningDataModule):
             for name in ("_built", "splits", "spec"):
                 self.__dict__.pop(name, None)
 
+    @property
+    def batch_seed(self) -> int:
+        """The seed of the training batch order (see ``seed``)."""
+        if self.seed is not None:
+            return self.seed
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
         trainer = self.trainer
         sampler = BucketBatchSampler(
             view.lengths,
             self.batch_size if train else self.eval_batch_size,
             shuffle=train,
-            seed=self.seed,
+            seed=self.batch_seed,
             bucket_factor=self.bucket_factor,
             rank=trainer.global_rank if trainer else 0,
             world_size=trainer.world_size if trainer else 1,
