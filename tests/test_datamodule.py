@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch import seed_everything
 
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
@@ -58,7 +59,6 @@ def test_train_windows_are_bucketed_and_deterministic(events):
 def test_batch_order_follows_seed_everything(events, monkeypatch):
     """Without an explicit ``seed`` the order follows ``seed_everything``, so a seed sweep varies
     it; an explicit seed wins."""
-    from lightning.pytorch import seed_everything
 
     def order(**kw):
         return [b.index.tolist() for b in _datamodule(events, **kw).train_dataloader()]
