@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from seqenc.data.split import SequenceView, ragged_positions
+from seqenc.data.split import SequenceView, flat_events
 from seqenc.data.vocab import N_SPECIAL
 from seqenc.metrics import RankingMetrics
 
@@ -29,18 +29,9 @@ BASELINES = ("popularity", "repeat")
 _BLOCK_CELLS = 1 << 22  # samples x items per dense score block (32 MiB of float64)
 
 
-def _flat_history(view: SequenceView, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sample, event)``: for samples ``idx``, every input event's position in ``idx`` and its
-    absolute index in the store, oldest first within each sample."""
-    starts, ends = view.starts[idx], view.ends[idx]
-    counts = ends - starts
-    sample, event = ragged_positions(counts)
-    return sample, np.repeat(starts, counts) + event
-
-
 def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndarray:
     """``[n_items]`` int64 occurrences of each item id in the input events of ``train_view``."""
-    _, event = _flat_history(train_view, np.arange(len(train_view)))
+    _, event = flat_events(train_view, np.arange(len(train_view)))
     minlength = int(train_view.store.items.max(initial=N_SPECIAL - 1)) + 1
     return np.bincount(train_view.store.items[event], minlength=max(minlength, n_items or 0))
 
@@ -60,7 +51,7 @@ def _block_scores(
 ) -> torch.Tensor:
     """``[len(idx), n_items]`` float64 scores of one block of samples."""
     scores = np.broadcast_to(popularity, (len(idx), len(popularity))).copy()
-    sample, event = _flat_history(view, idx)
+    sample, event = flat_events(view, idx)
     items = view.store.items[event]
     if method == "repeat":
         # Seen items above every popularity score (which lie in 1..n_items), ordered by the
@@ -111,7 +102,7 @@ def repeat_targets(view: SequenceView) -> np.ndarray:
     """``[len(view)]`` bool: the sample's target item occurs in its history (a repeat)."""
     if view.targets is None:
         raise ValueError("the view has no targets (use the val or test split)")
-    sample, event = _flat_history(view, np.arange(len(view)))
+    sample, event = flat_events(view, np.arange(len(view)))
     target = view.store.items[view.targets]
     hit = view.store.items[event] == target[sample]
     return (np.bincount(sample[hit], minlength=len(view)) > 0) & (target >= N_SPECIAL)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from seqenc.data.split import SequenceView, ragged_positions
+from seqenc.data.split import SequenceView, flat_events
 from seqenc.model.batch import Batch
 
 
@@ -52,10 +52,8 @@ def collate(
     target = None if view.targets is None else torch.from_numpy(store.items[view.targets[idx]])
     seen = None
     if with_seen:
-        counts = ends - full_starts
-        batch_row, event = ragged_positions(counts)
-        seen_items = store.items[np.repeat(full_starts, counts) + event]
-        seen = torch.from_numpy(np.stack([batch_row, seen_items]))
+        batch_row, event = flat_events(view, idx)
+        seen = torch.from_numpy(np.stack([batch_row, store.items[event]]))
     return Batch(
         items=take(store.items),
         lengths=torch.from_numpy(lengths),

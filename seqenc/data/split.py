@@ -48,6 +48,15 @@ def ragged_positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return group, np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
+def flat_events(view: SequenceView, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sample, event)``: for samples ``idx`` of ``view``, every input event's position in
+    ``idx`` and its absolute index in the store, oldest first within each sample."""
+    starts = view.starts[idx]
+    counts = view.ends[idx] - starts
+    sample, position = ragged_positions(counts)
+    return sample, np.repeat(starts, counts) + position
+
+
 def full_view(store: SequenceStore) -> SequenceView:
     """Every entity's whole history, no target (inference / embedding export)."""
     offsets = store.offsets.astype(np.int64)
