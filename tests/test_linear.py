@@ -17,7 +17,13 @@ needs_onednn = pytest.mark.skipif(fused.ONEDNN_LINEAR is None, reason="no oneDNN
 
 def inputs() -> tuple[torch.Tensor, ...]:
     torch.manual_seed(0)
-    return torch.randn(3, 7, 16), torch.randn(24, 16) * 0.3, torch.randn(24), torch.randn(3, 7, 24)
+    rows = fused.MIN_FUSED_ROWS  # 3 × rows: enough to take the fused kernel
+    return (
+        torch.randn(3, rows, 16),
+        torch.randn(24, 16) * 0.3,
+        torch.randn(24),
+        torch.randn(3, rows, 24),
+    )
 
 
 @needs_onednn
@@ -34,6 +40,16 @@ def test_fused_equals_eager() -> None:
     torch.testing.assert_close(plain, expected, rtol=0, atol=1e-5)
     torch.testing.assert_close(gelu, F.gelu(expected), rtol=0, atol=1e-5)
     torch.testing.assert_close(added, residual + expected, rtol=0, atol=1e-5)
+
+
+def test_few_rows_stay_eager() -> None:
+    """Below ``MIN_FUSED_ROWS`` rows (a newest-position-only layer) the plain sequence runs."""
+    x = torch.randn(2, fused.MIN_FUSED_ROWS // 2 - 1, 16)
+    with torch.inference_mode():
+        assert not fusable(x)
+        assert fusable(torch.randn(2, fused.MIN_FUSED_ROWS // 2, 16)) == (
+            fused.ONEDNN_LINEAR is not None
+        )
 
 
 def test_training_never_fuses() -> None:
@@ -53,8 +69,11 @@ def test_training_never_fuses() -> None:
 
 @needs_onednn
 @pytest.mark.parametrize("causal", [True, False])
-def test_encoder_inference_equals_training_path(causal: bool) -> None:
+def test_encoder_inference_equals_training_path(
+    causal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The whole encoder: entity embeddings at inference (fused) equal the eager pass."""
+    monkeypatch.setattr(fused, "MIN_FUSED_ROWS", 1)  # fuse even this small batch
     model = make_model(causal=causal, positional="rope", time=True).eval()
     batch = make_batch(HISTORIES, width=10)
     with torch.no_grad():
