@@ -39,6 +39,7 @@ SHAPES = {
     "masked_time_bias": {"causal": False, "time_bias": True, "pooling": "mean"},
     "legacy_recency": {"query_time": False, "recency": True},
     "masked_legacy_recency": {"causal": False, "query_time": False, "recency": True},
+    "rope": {"positional": "rope"},  # sasrec_beauty
     "rope_mean_normalize": {"positional": "rope", "pooling": "mean", "normalize": True},
     "masked_rope_normalize": {"causal": False, "positional": "rope", "normalize": True},
     "no_positions": {"positional": "none", "features": True},
