@@ -23,7 +23,8 @@ def _onednn_linear() -> object | None:
 
 
 ONEDNN_LINEAR = _onednn_linear()
-# Below this many rows the plain sequence is faster: the fused call costs a fixed 20-30 µs more.
+# Below this many rows the plain sequence is faster: the fused call has a fixed cost of some
+# tens of µs (a few µs for F.linear), more than the pass it saves (BENCHMARKS.md).
 MIN_FUSED_ROWS = 128
 
 
