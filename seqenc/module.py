@@ -33,8 +33,9 @@ class SeqencModule(pl.LightningModule):
             (the CLI links it): vocabularies, feature columns, ``max_len``, whether there is time.
         objective: ``"causal"`` (next item at every position) or ``"masked"`` (cloze), see
             :mod:`seqenc.model.objectives`.
-        d_model, n_layers, n_heads, ffn_mult, dropout, positional, pooling, normalize: encoder shape
-            (see :class:`~seqenc.model.encoder.EncoderConfig`, whose defaults these are).
+        d_model, n_layers, n_heads, ffn_mult, dropout, attention_dropout, positional, pooling,
+            normalize: encoder shape (see :class:`~seqenc.model.encoder.EncoderConfig`, whose
+            defaults these are).
         time: the one switch for every time input; ``None`` = on exactly when the data has real
             timestamps (``True`` on a log without timestamps is off).
         query_time, time_bias: time options (see :class:`~seqenc.model.encoder.EncoderConfig`).
@@ -70,6 +71,7 @@ class SeqencModule(pl.LightningModule):
         n_heads: int = EncoderConfig.n_heads,
         ffn_mult: int = EncoderConfig.ffn_mult,
         dropout: float = EncoderConfig.dropout,
+        attention_dropout: float = EncoderConfig.attention_dropout,
         positional: Literal["learned", "rope", "none"] = EncoderConfig.positional,
         time: bool | None = None,
         query_time: bool = EncoderConfig.query_time,
@@ -131,6 +133,7 @@ class SeqencModule(pl.LightningModule):
             n_heads=n_heads,
             ffn_mult=ffn_mult,
             dropout=dropout,
+            attention_dropout=attention_dropout,
             max_len=spec.max_len,
             positional=positional,
             time=use_time,

@@ -10,6 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from seqenc.data.batches import Batch
+from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.embeddings import RotaryEmbedding
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
@@ -135,3 +136,40 @@ def test_time_bias_is_added_to_the_scores_and_leaves_the_flash_kernel() -> None:
         index=torch.arange(2),
     )
     assert FUSED not in _kernels(lambda: model(batch).sum().backward())
+
+
+def test_attention_dropout_trains_unbiased_and_never_runs_at_inference() -> None:
+    """Dropped attention probabilities are rescaled, so the output's expectation is the output without
+    dropout (it is linear in the probabilities); eval mode is exactly the model without it."""
+    torch.manual_seed(0)
+    attn = SelfAttention(16, 2, dropout_p=0.5)
+    plain = SelfAttention(16, 2)
+    plain.load_state_dict(attn.state_dict())
+    x = torch.randn(1, 6, 16)
+    expected = plain(x, causal=True)
+    torch.testing.assert_close(attn.eval()(x, causal=True), expected, rtol=0, atol=0)
+    attn.train()
+    draws = attn(x.expand(4000, 6, 16), causal=True)
+    assert not torch.allclose(draws[0], draws[1])
+    torch.testing.assert_close(draws.mean(0, keepdim=True), expected, rtol=0, atol=0.03)
+
+
+def test_attention_dropout_keeps_training_causal() -> None:
+    """With the same random stream, changing a later event changes no earlier position in training."""
+    attn = SelfAttention(16, 2, dropout_p=0.3).train()
+    x = torch.randn(3, 7, 16)
+    future = x.clone()
+    future[:, 5:] = torch.randn(3, 2, 16)
+    torch.manual_seed(1)
+    a = attn(x, causal=True)
+    torch.manual_seed(1)
+    b = attn(future, causal=True)
+    torch.testing.assert_close(a[:, :5], b[:, :5], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_attention_dropout_must_be_a_probability() -> None:
+    with pytest.raises(SeqencError, match="attention_dropout"):
+        EncoderConfig(n_items=10, attention_dropout=1.0)
+    model = SequenceEncoder(EncoderConfig(n_items=10, d_model=16, attention_dropout=0.25))
+    assert {block.attn.dropout_p for block in model.blocks} == {0.25}

@@ -3,7 +3,9 @@
 Causal attention passes ``is_causal=True`` and no mask: histories are right-padded, so a real event
 only ever sees earlier real events and the fused (Flash) kernel runs on mixed-length batches.
 Bidirectional attention passes a boolean key-padding mask, or none at all when every row fills the
-batch width (exact-length bucketing), so the Flash kernel runs there too. No dropout inside attention.
+batch width (exact-length bucketing), so the Flash kernel runs there too. ``dropout_p`` drops attention
+probabilities in training only (SASRec's regulariser for sparse logs; SDPA then trains with its math
+kernel); inference never drops.
 The optional relative-time bias (a float ``[B, H, L, L]`` mask, causal part folded in) forgoes the
 Flash kernel: SDPA then runs its memory-efficient or math kernel.
 """
@@ -44,11 +46,12 @@ def key_padding_mask(lengths: Tensor, width: int) -> Tensor | None:
 
 
 class SelfAttention(nn.Module):
-    """Fused QKV projection, SDPA, output projection (``out``, given a smaller init std)."""
+    """Fused QKV projection, SDPA, output projection (``out``, given a smaller init std);
+    ``dropout_p`` on the attention probabilities while training."""
 
-    def __init__(self, d_model: int, n_heads: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout_p: float = 0.0) -> None:
         super().__init__()
-        self.n_heads = n_heads
+        self.n_heads, self.dropout_p = n_heads, dropout_p
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
@@ -85,6 +88,17 @@ class SelfAttention(nn.Module):
             q, k = rope(q, newest[:, None]), rope(k)
         return q, k, v
 
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """SDPA of ``q`` against ``k``/``v``, with attention dropout while training."""
+        return scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout_p if self.training else 0.0,
+            is_causal=causal,
+        )
+
     def merge(
         self, y: Tensor, residual: Tensor | None = None, dropout: nn.Dropout | None = None
     ) -> Tensor:
@@ -111,12 +125,5 @@ class SelfAttention(nn.Module):
         if bias:
             mask = mask.to(q.dtype)
         use_causal = causal and not bias
-        y = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=None if use_causal else mask,
-            dropout_p=0.0,
-            is_causal=use_causal,
-        )
+        y = self.attend(q, k, v, None if use_causal else mask, use_causal)
         return self.merge(y, residual, dropout)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.functional import scaled_dot_product_attention
 
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
@@ -33,7 +32,9 @@ class EncoderConfig:
 
     Attributes:
         n_items: item vocabulary size including the 3 specials (PAD=0, MASK=1, UNK=2).
-        dropout: on embeddings and residual branches only, never inside attention.
+        dropout: on embeddings and residual branches.
+        attention_dropout: on the attention probabilities, in training only (the original SASRec's
+            regulariser for short, sparse histories).
         max_len: longest history expected; the model holds ``max_len + 1`` positions (appended MASK).
         positional: ``"learned"`` position embeddings, ``"rope"`` rotary q/k, or ``"none"``.
         time: the switch for every time input: learned embeddings of the log-bucketed gap from the
@@ -59,6 +60,7 @@ class EncoderConfig:
     n_heads: int = 2
     ffn_mult: int = 4
     dropout: float = 0.2
+    attention_dropout: float = 0.0
     max_len: int = 512
     positional: str = "learned"
     time: bool = True
@@ -90,6 +92,10 @@ class EncoderConfig:
             ),
             (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} not in [0, 1)"),
+            (
+                0.0 <= self.attention_dropout < 1.0,
+                f"attention_dropout={self.attention_dropout} not in [0, 1)",
+            ),
             (self.max_len >= 1 and self.n_layers >= 1, "max_len and n_layers must be >= 1"),
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
@@ -110,7 +116,7 @@ class Block(nn.Module):
         super().__init__()
         d, hidden = config.d_model, config.ffn_mult * config.d_model
         self.ln_attn = nn.LayerNorm(d)
-        self.attn = SelfAttention(d, config.n_heads)
+        self.attn = SelfAttention(d, config.n_heads, config.attention_dropout)
         self.ln_ffn = nn.LayerNorm(d)
         self.ffn = nn.ModuleDict({"up": nn.Linear(d, hidden), "out": nn.Linear(hidden, d)})
         self.drop = Dropout(config.dropout)
@@ -147,7 +153,7 @@ class Block(nn.Module):
         last = (lengths - 1).clamp(min=0)
         q, k, v = self.attn.project_newest(self.ln_attn(x), last, rope)
         keys = torch.arange(x.shape[1], device=x.device)[None, :] <= last[:, None]
-        y = scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
+        y = self.attn.attend(q, k, v, keys[:, None, None, :], causal=False)
         return self.feed_forward(self.attn.merge(y, x[rows, last][:, None], self.drop))
 
     def feed_forward(self, x: Tensor) -> Tensor:
