@@ -156,6 +156,7 @@ def test_attention_dropout_trains_unbiased_and_never_runs_at_inference() -> None
 
 def test_attention_dropout_keeps_training_causal() -> None:
     """With the same random stream, changing a later event changes no earlier position in training."""
+    torch.manual_seed(0)
     attn = SelfAttention(16, 2, dropout_p=0.3).train()
     x = torch.randn(3, 7, 16)
     future = x.clone()
