@@ -28,17 +28,24 @@ ONEDNN_LINEAR = _onednn_linear()
 MIN_FUSED_ROWS = 128
 
 
+def eager_inference() -> bool:
+    """No autograd, and not being traced or exported: free to take kernels a graph cannot hold."""
+    return (
+        not torch.is_grad_enabled()
+        and not torch.jit.is_tracing()
+        and not torch.onnx.is_in_onnx_export()
+    )
+
+
 def fusable(x: Tensor, dropout: nn.Dropout | None = None) -> bool:
     """Whether :func:`linear` may take the fused kernel for ``x`` (never while training)."""
     return (
         ONEDNN_LINEAR is not None
-        and not torch.is_grad_enabled()
         and (dropout is None or not dropout.training or dropout.p == 0)
         and x.dtype == torch.float32
         and x.device.type == "cpu"
         and x.numel() >= MIN_FUSED_ROWS * x.shape[-1]
-        and not torch.jit.is_tracing()
-        and not torch.onnx.is_in_onnx_export()
+        and eager_inference()
     )
 
 
