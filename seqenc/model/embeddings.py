@@ -21,10 +21,10 @@ from torch import Tensor, nn
 from seqenc.errors import SeqencError
 from seqenc.model.linear import eager_inference
 
-TIME_BUCKET_WIDTH = 0.301
+TIME_BUCKET_WIDTH = 0.301  # each bucket covers a factor e^0.301 ≈ 1.35 of the gap
 # Largest set of tables summed through one cached copy at inference (an item table of about
 # 130,000 rows at d=128); larger ones are looked up one by one rather than copied.
-MAX_PACKED_BYTES = 64 * 2**20  # each bucket covers a factor e^0.301 ≈ 1.35 of the gap
+MAX_PACKED_BYTES = 64 * 2**20
 
 
 def time_bucket(dt: Tensor, n_buckets: int) -> Tensor:
@@ -131,10 +131,10 @@ class TokenEmbedding(nn.Module):
         others broadcast to it).
 
         At eager inference with small tables this is one ``embedding_bag`` over a cached
-        concatenation of the tables, a single pass that writes each token vector once (2-2.5x
-        faster than a gather and an add per table: BENCHMARKS.md); the sum is taken in the same
-        order, so the values are the same. Otherwise (training, tracing, export, large tables,
-        whose copy would cost memory) each table is looked up and added in place.
+        concatenation of the tables, a single pass that writes each token vector once (about 2x
+        faster than a gather and an add per table at d=128: BENCHMARKS.md); the sum is taken in
+        the same order, so the values are the same. Otherwise (training, tracing, export, large
+        tables, whose copy would cost memory) each table is looked up and added in place.
         """
         tables = [table.weight for table, _ in lookups]
         packed = self.packed_tables(tables) if eager_inference() else None
