@@ -174,7 +174,7 @@ def main() -> None:
             timings[name].append(median_time(fn, runs=1))
     peak = float(np.median(timings["peak"]))
     # Each round's share is against the peak measured at the start of that round: the host's
-    # speed drifts between rounds, and a ratio taken within one round cancels most of it.
+    # speed drifts from round to round, and a ratio within one round cancels the slow part of it.
     shares = {
         name: [flops / t / p for t, p in zip(timings[name], timings["peak"], strict=True)]
         for name in paths
