@@ -7,8 +7,11 @@ import pytest
 import torch
 
 import seqenc.model.embeddings as embeddings
+from seqenc.model.batch import Batch
 from seqenc.model.embeddings import TokenEmbedding, time_bucket
 from tests.test_encoder import HISTORIES, make_batch
+
+BATCH = make_batch(HISTORIES, n_cat=1, n_num=1)
 
 N_ITEMS, D, MAX_LEN, BUCKETS = 40, 8, 12, 16
 
@@ -30,23 +33,17 @@ def make_embedding(**overrides: object) -> TokenEmbedding:
     return TokenEmbedding(**{**options, **overrides})
 
 
-def inputs(positions: torch.Tensor | None = None) -> tuple:
-    batch = make_batch(HISTORIES, n_cat=1, n_num=1)
-    return (
+def naive_sum(
+    embedding: TokenEmbedding, batch: Batch, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Each part indexed from its weight table and added, position by position."""
+    items, mask, categorical, numeric = (
         batch.items,
         batch.padding_mask,
-        batch.dt_prev,
-        batch.dt_ref,
-        batch.query_gaps,
         batch.categorical,
         batch.numeric,
-        positions,
     )
-
-
-def naive_sum(embedding: TokenEmbedding, args: tuple) -> torch.Tensor:
-    """Each part indexed from its weight table and added, position by position."""
-    items, mask, dt_prev, dt_ref, dt_query, categorical, numeric, positions = args
+    dt_prev, dt_ref, dt_query = batch.dt_prev, batch.dt_ref, batch.query_gaps
     rows, width = items.shape
     out = torch.zeros(rows, width, D)
     for b in range(rows):
@@ -74,31 +71,31 @@ def naive_sum(embedding: TokenEmbedding, args: tuple) -> torch.Tensor:
 @pytest.mark.parametrize("grad", [True, False])
 def test_token_vectors_equal_a_naive_sum(recency: bool, given_positions: bool, grad: bool) -> None:
     embedding = make_embedding(recency=recency)
-    width = make_batch(HISTORIES).items.shape[1]
+    width = BATCH.items.shape[1]
     positions = (torch.arange(width)[None, :] + torch.tensor([[0], [2], [1], [3]])).clamp(
         max=MAX_LEN
     )
-    args = inputs(positions if given_positions else None)
+    positions = positions if given_positions else None
     with torch.set_grad_enabled(grad):
-        out = embedding(*args)
+        out = embedding(BATCH, positions)
     assert (embedding._packed is not None) == (not grad)  # inference took the one-pass path
     with torch.no_grad():
-        torch.testing.assert_close(out, naive_sum(embedding, args), rtol=0, atol=1e-6)
+        expected = naive_sum(embedding, BATCH, positions)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
 
 
 def test_inference_cache_follows_in_place_weight_changes() -> None:
     embedding = make_embedding()
-    args = inputs()
     with torch.no_grad():
-        embedding(*args)
+        embedding(BATCH)
         embedding.item.weight.mul_(3.0)  # as load_state_dict or an optimiser step would
         embedding.dt_prev.weight.add_(1.0)
-        torch.testing.assert_close(embedding(*args), naive_sum(embedding, args), rtol=0, atol=1e-6)
+        torch.testing.assert_close(embedding(BATCH), naive_sum(embedding, BATCH), rtol=0, atol=1e-6)
 
 
 def test_training_gradients_reach_every_table() -> None:
     embedding = make_embedding()
-    embedding(*inputs()).sum().backward()
+    embedding(BATCH).sum().backward()
     for name, param in embedding.named_parameters():
         assert param.grad is not None and param.grad.abs().sum() > 0, name
 
@@ -111,9 +108,8 @@ def test_fallbacks_look_up_each_table(case: str, monkeypatch: pytest.MonkeyPatch
     else:
         with torch.inference_mode():
             embedding = make_embedding()
-    args = inputs()
     with torch.inference_mode():
-        out = embedding(*args)
-        expected = naive_sum(embedding, args)
+        out = embedding(BATCH)
+        expected = naive_sum(embedding, BATCH)
     assert embedding._packed is None
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)

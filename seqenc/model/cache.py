@@ -75,16 +75,7 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
     device = batch.items.device
     slots = cache.lengths[:, None] + torch.arange(width, device=device)[None, :]  # [B, M]
     positions = slots.clamp(max=config.max_len)  # padding rows past the table stay finite
-    x = model.embed(
-        batch.items,
-        batch.padding_mask,
-        batch.dt_prev,
-        batch.dt_ref,
-        batch.query_gaps,
-        batch.categorical,
-        batch.numeric,
-        positions,
-    )
+    x = model.embed(batch, positions)
     total = cache.keys.shape[2]
     slots = slots.clamp(max=total - 1)
     mask = (torch.arange(total, device=device)[None, None, :] <= slots[:, :, None])[:, None]

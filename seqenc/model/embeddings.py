@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqenc.errors import SeqencError
+from seqenc.model.batch import Batch
 from seqenc.model.linear import eager_inference
 
 TIME_BUCKET_WIDTH = 0.301  # each bucket covers a factor e^0.301 ≈ 1.35 of the gap
@@ -79,21 +80,13 @@ class TokenEmbedding(nn.Module):
         self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
         self._packed: tuple[tuple, Tensor, Tensor] | None = None  # see packed_tables
 
-    def forward(
-        self,
-        items: Tensor,
-        padding_mask: Tensor,
-        dt_prev: Tensor,
-        dt_ref: Tensor,
-        dt_query: Tensor,
-        categorical: Tensor,
-        numeric: Tensor,
-        positions: Tensor | None = None,
-    ) -> Tensor:
-        """``[B, L, d]`` token vectors (before dropout); ``dt_query`` is ``[B, L]`` query gaps.
+    def forward(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
+        """``[B, L, d]`` token vectors of ``batch`` (before dropout).
 
         ``positions``: ``[B, L]`` position of each token in its history (default ``0 … L-1``; an
         incremental encode passes the positions after the cached ones)."""
+        items, padding_mask = batch.items, batch.padding_mask
+        categorical, numeric = batch.categorical, batch.numeric
         lookups = [(self.item, items)]
         if self.position is not None:
             if positions is None:
@@ -101,9 +94,9 @@ class TokenEmbedding(nn.Module):
             lookups.append((self.position, positions))
         pad = torch.full_like(items, self.n_time_buckets)
         for table, gaps in (
-            (self.dt_prev, dt_prev),
-            (self.dt_query, dt_query),
-            (self.dt_ref, dt_ref),
+            (self.dt_prev, batch.dt_prev),
+            (self.dt_query, batch.query_gaps if self.dt_query is not None else None),
+            (self.dt_ref, batch.dt_ref),
         ):
             if table is not None:
                 buckets = torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)

@@ -213,17 +213,7 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds max_len + 1 = {self.config.max_len + 1}; "
                 "truncate histories to max_len events"
             )
-        padding = batch.padding_mask
-        x = self.embed(
-            batch.items,
-            padding,
-            batch.dt_prev,
-            batch.dt_ref,
-            batch.query_gaps,
-            batch.categorical,
-            batch.numeric,
-        )
-        x = self.drop(x)
+        x = self.drop(self.embed(batch))
         causal = self.config.causal
         mask = None if causal else key_padding_mask(batch.lengths, width)
         gaps = None
