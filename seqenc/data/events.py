@@ -8,7 +8,6 @@ step (vocabularies, sequences) relies on what :func:`read_events` guarantees.
 
 from __future__ import annotations
 
-import glob
 import gzip
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,13 +20,12 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.data.columns import epoch_seconds, is_text, normalize_table
+from seqenc.data.paths import PARQUET_SUFFIXES, expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 
 __all__ = ["DEFAULT_SCHEMA", "EventScan", "Events", "Source", "epoch_seconds", "read_events"]
 
-PARQUET_SUFFIXES = (".parquet", ".pq")
-CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv")
 SCAN_ROWS = 1 << 18  # rows per block when streaming files
 DEFAULT_SCHEMA = EventSchema()  # frozen, so safe as a shared default argument
 
@@ -115,37 +113,6 @@ def _from_pandas(df: pd.DataFrame, schema: EventSchema) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
             raise SeqencError(f"column {name!r} cannot be converted (mixed types?): {e}") from e
     return pa.table(arrays)
-
-
-def expand_paths(source: str | Path | Sequence[str | Path]) -> list[Path]:
-    """Turn a path, glob, directory or list of those into a list of existing files."""
-    items = [source] if isinstance(source, (str, Path)) else list(source)
-    if not items:
-        raise SeqencError("no input files given (empty list)")
-    files: list[Path] = []
-    for item in items:
-        text = str(item)
-        if any(ch in text for ch in "*?["):
-            matches = sorted(glob.glob(text, recursive=True))
-            if not matches:
-                raise SeqencError(f"no file matches the pattern {text!r}")
-            files += [Path(m) for m in matches if Path(m).is_file()]
-        elif Path(text).is_dir():
-            found = sorted(p for p in Path(text).rglob("*") if p.name.endswith(PARQUET_SUFFIXES))
-            if not found:
-                raise SeqencError(f"directory {text!r} holds no Parquet files (*.parquet, *.pq)")
-            files += found
-        elif Path(text).is_file():
-            files.append(Path(text))
-        else:
-            raise SeqencError(f"file not found: {text!r}")
-    for f in files:
-        if not f.name.endswith(PARQUET_SUFFIXES + CSV_SUFFIXES):
-            raise SeqencError(
-                f"unsupported file type: {str(f)!r}; expected one of "
-                f"{', '.join(PARQUET_SUFFIXES + CSV_SUFFIXES)}"
-            )
-    return files
 
 
 def _is_csv(path: Path) -> bool:

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from seqenc.data.events import CSV_SUFFIXES, DEFAULT_SCHEMA, PARQUET_SUFFIXES, read_events
+from seqenc.data.events import DEFAULT_SCHEMA, read_events
+from seqenc.data.paths import CSV_SUFFIXES, PARQUET_SUFFIXES
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 

@@ -45,7 +45,8 @@ import lightning.pytorch as pl
 from seqenc.atomic import directory_target, file_target
 from seqenc.backends import ONNX_FILE, OnnxRuntimeBackend
 from seqenc.bundle import load_bundle
-from seqenc.data.events import epoch_seconds, expand_paths
+from seqenc.data.events import epoch_seconds
+from seqenc.data.paths import expand_paths
 from seqenc.data.sequences import log_unknown_values
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
