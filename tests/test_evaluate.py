@@ -192,10 +192,15 @@ def test_embeddings_at_a_cutoff_ignore_later_events(tmp_path):
     got = embed_at(encoder, shifted, cut)
     assert len(got) == len(ids)
     early = got[got["as_of"] == as_of].set_index("entity_id").loc[a["entity_id"].iloc[:-3]]
-    np.testing.assert_array_equal(np.stack(early["embedding"]), np.stack(a["embedding"][:-3]))
+    # other entities in the call, so other batches: equal within float rounding, not bit for bit
+    np.testing.assert_allclose(
+        np.stack(early["embedding"]), np.stack(a["embedding"][:-3]), rtol=0, atol=1e-5
+    )
     full = encoder.encode(shifted, as_of=at_end).set_index("entity_id").loc[ids[-3:]]
     late_rows = got[got["as_of"] != as_of].set_index("entity_id").loc[ids[-3:]]
-    np.testing.assert_array_equal(np.stack(late_rows["embedding"]), np.stack(full["embedding"]))
+    np.testing.assert_allclose(
+        np.stack(late_rows["embedding"]), np.stack(full["embedding"]), rtol=0, atol=1e-5
+    )
 
 
 def write_probe_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
