@@ -4,7 +4,8 @@ A bundle holds three files:
 
 - ``config.json``: format and seqenc versions, the model name, the objective, the
   :class:`~seqenc.model.encoder.EncoderConfig`, the data spec without its vocabularies (the
-  :class:`~seqenc.data.schema.EventSchema` and ``max_len``, the events per history fed to the
+  :class:`~seqenc.data.schema.EventSchema`, its ``id_types`` filled in for the item and categorical
+  columns from the vocabularies' types, and ``max_len``, the events per history fed to the
   model), a hash of that configuration and the SHA-256 of each other file;
 - ``vocab.json``: :meth:`Vocabularies.to_dict`;
 - ``model.safetensors``: the encoder weights only (no optimizer, no objective head).
@@ -17,6 +18,11 @@ file and the field. Lightning checkpoints are pickles: :func:`bundle_from_checkp
 ``torch.load(weights_only=True)``, which refuses any object that is not plain data or a tensor.
 Bundles are written to a temporary directory next to the target and renamed into place, so a crash
 never leaves a half-written bundle. Bundles written before ``vocab_sha256`` existed still load.
+
+A bundle reads event files with its id types (:attr:`BundleMeta.schema` as :func:`load_bundle`
+returns it): text item ids such as ``"000156"`` stay text in a CSV, integer ones are read as
+integers, so the same file means the same items at training and inference. Bundles written before
+``id_types`` existed get them from their vocabularies when loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import hashlib
 import json
 import logging
 import pickle
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -56,7 +62,7 @@ class BundleMeta:
         objective: ``"causal"`` or ``"masked"``.
         max_len: the newest ``max_len`` events of a history are fed to the model.
         encoder: the encoder architecture.
-        schema: the event-log columns the model reads.
+        schema: the event-log columns the model reads, with the id types it reads them with.
         config_hash: short SHA-256 of (objective, max_len, encoder, schema): bundles with equal
             hashes read the same inputs and give embeddings of the same shape.
         weights_sha256: SHA-256 of ``model.safetensors``, checked on load.
@@ -193,7 +199,10 @@ def _dataclass_from(cls: type, d: dict[str, Any], where: str) -> Any:
         raise SeqencError(f"{where}: unknown field(s) {unknown}")
     for name, value in d.items():
         hint = str(hints[name])
-        if hint.startswith("tuple") or "tuple" in hint:
+        if hint.startswith("dict") and isinstance(value, dict):
+            for k, v in value.items():
+                _expect(v, str, f"{where}.{name}[{k!r}]")
+        elif hint.startswith("tuple") or "tuple" in hint:
             _expect(value, list, f"{where}.{name}")
             inner = str if "str" in hint else int
             for v in value:
@@ -247,6 +256,20 @@ def _check_vocabs(
         )
 
 
+def _vocab_id_types(schema: EventSchema, vocabs: Vocabularies, where: str) -> EventSchema:
+    """``schema`` with the id type of the item and every categorical column set to its
+    vocabulary's type; an explicit type that contradicts the vocabulary is refused."""
+    found = {schema.item: vocabs.item, **{c: vocabs.categorical[c] for c in schema.categorical}}
+    types = {c: "int" if v.dtype == "int64" else "string" for c, v in found.items()}
+    for column, kind in types.items():
+        if schema.id_type(column) not in ("auto", kind):
+            raise SeqencError(
+                f"{where}: schema.id_types[{column!r}] is {schema.id_type(column)!r} but its "
+                f"vocabulary holds {'integers' if kind == 'int' else 'text'}"
+            )
+    return schema.with_id_types(types)
+
+
 def _replaceable(target: Path) -> bool:
     """An existing bundle directory (or an empty one) may be replaced by a new bundle."""
     return (target / CONFIG_FILE).is_file() or not any(target.iterdir())
@@ -267,14 +290,14 @@ def save_bundle(
     output_dir = Path(output_dir)
     config = encoder.config
     objective = objective or ("causal" if config.causal else "masked")
+    where = f"save_bundle({str(output_dir)!r})"
+    _check_vocabs(spec.vocabs, config, spec.schema, where)
     config_text = {
         "objective": objective,
         "max_len": spec.max_len,
         "encoder": config,
-        "schema": spec.schema,
+        "schema": _vocab_id_types(spec.schema, spec.vocabs, where),
     }
-    where = f"save_bundle({str(output_dir)!r})"
-    _check_vocabs(spec.vocabs, config, spec.schema, where)
     state = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items()}
     with atomic_directory(output_dir, _replaceable, "a seqenc bundle") as tmp:
         save_file(state, tmp / WEIGHTS_FILE, metadata={"format": "pt"})
@@ -323,6 +346,7 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
     elif file_sha256(vocab_path) != meta.vocab_sha256:
         raise SeqencError(f"{str(vocab_path)!r} is corrupt: its SHA-256 differs from config.json's")
     _check_vocabs(vocabs, meta.encoder, meta.schema, str(vocab_path))
+    meta = replace(meta, schema=_vocab_id_types(meta.schema, vocabs, str(vocab_path)))
 
     weights = path / WEIGHTS_FILE
     if not weights.is_file():

@@ -97,7 +97,9 @@ def test_bundle_from_checkpoint_matches_trained_module(tmp_path, capsys):
     path = bundle_from_checkpoint(ckpt, tmp_path / "bundle", name="run-1")
     encoder, meta, vocabs = load_bundle(path)
     assert (meta.name, meta.objective, meta.max_len) == ("run-1", "causal", 16)
-    assert meta.schema == SCHEMA and vocabs == module.trainer.datamodule.vocabs
+    types = {"item_id": "int", "event_type": "string", "channel": "string"}  # the vocabularies'
+    assert meta.schema == SCHEMA.with_id_types(types)
+    assert vocabs == module.trainer.datamodule.vocabs
     for name, value in module.encoder.state_dict().items():
         assert torch.equal(value, encoder.state_dict()[name]), name
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 
 import numpy as np
 import pandas as pd
@@ -239,10 +240,187 @@ def test_every_file_must_have_every_column(tmp_path):
 
 
 def test_csv_and_parquet_read_the_same_types(tmp_path):
-    df = frame(entity_id=["007", "7", "8"])  # text in Parquet stays text; in CSV all digits: int
+    df = frame(entity_id=["007", "7", "8"])  # "007" and "7" are two accounts, in any file type
     df.to_parquet(tmp_path / "a.parquet")
     df.to_csv(tmp_path / "a.csv", index=False)
     assert read_events(tmp_path / "a.parquet")["entity_id"].to_pylist() == ["007", "7", "8"]
-    assert read_events(tmp_path / "a.csv")["entity_id"].to_pylist() == [7, 7, 8]
+    assert read_events(tmp_path / "a.csv")["entity_id"].to_pylist() == ["007", "7", "8"]
     mixed = read_events([tmp_path / "a.parquet", tmp_path / "a.csv"])["entity_id"]
     assert mixed.to_pylist() == ["007", "7", "8", "007", "7", "8"]  # any text file: all text
+    frame(entity_id=["7", "-8", "9"]).to_csv(tmp_path / "b.csv", index=False)
+    assert read_events(tmp_path / "b.csv")["entity_id"].to_pylist() == [7, -8, 9]
+
+
+# --- issue 28: id types, mixed kinds, clear errors for every dtype --------------------------------
+
+
+@pytest.mark.parametrize("written", ["007", "+7", " 7", "-0"])
+def test_csv_integers_not_written_canonically_keep_the_column_text(tmp_path, written):
+    """Issue 28, 5b: a CSV merged "007" and "7" into one account (both read as 7)."""
+    path = tmp_path / "log.csv"
+    path.write_text(f"entity_id,item_id,timestamp\n{written},1,{T0}\n7,1,{T0}\n")
+    ids = read_events(path)["entity_id"].to_pylist()
+    assert ids == [written, "7"]
+
+
+def test_id_types_string_keeps_text_and_int_reads_integers(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text(f"entity_id,item_id,timestamp\n0007,000156,{T0}\n7,156,{T0}\n")
+    as_text = read_events(path, EventSchema(id_types="string"))
+    assert as_text["entity_id"].to_pylist() == ["0007", "7"]
+    assert as_text["item_id"].to_pylist() == ["000156", "156"]
+    as_int = read_events(path, EventSchema(id_types={"entity_id": "int", "item_id": "auto"}))
+    assert as_int["entity_id"].to_pylist() == [7, 7]  # asked for: "0007" is the integer 7
+    assert as_int["item_id"].to_pylist() == ["000156", "156"]
+    numbers = frame(entity_id=[7.0, 8.0, 7.0], item_id=np.array([10, 2**40, 10]))
+    typed = read_events(numbers, EventSchema(id_types="string"))
+    assert typed["entity_id"].to_pylist() == ["7", "8", "7"]
+    assert typed["item_id"].to_pylist() == ["10", str(2**40), "10"]
+    kinds = EventSchema(categorical=("kind",), id_types={"kind": "string"})
+    assert read_events(frame(kind=[1, None, 2]), kinds)["kind"].to_pylist() == ["1", None, "2"]
+
+
+@pytest.mark.parametrize(
+    "df, pieces",
+    [
+        (frame(entity_id=["7", "x7", "8"]), ["'entity_id'", "not an integer", "row 1", "x7"]),
+        (frame(entity_id=[7.0, 7.5, 8.0]), ["'entity_id'", "whole number", "row 1", "7.5"]),
+        (frame(entity_id=["1", "2", "9" * 20]), ["'entity_id'", "beyond int64", "row 2"]),
+    ],
+)
+def test_id_types_int_refuses_what_is_not_an_integer(df, pieces):
+    with pytest.raises(SeqencError) as info:
+        read_events(df, EventSchema(id_types={"entity_id": "int"}))
+    for piece in pieces:
+        assert piece in str(info.value)
+
+
+def test_id_types_are_validated():
+    with pytest.raises(SeqencError, match="id_types.*'amount'.*not an id column"):
+        EventSchema(numeric=("amount",), id_types={"amount": "string"})
+    with pytest.raises(SeqencError, match=r"id_types\['item_id'\] must be one of"):
+        EventSchema(id_types={"item_id": "text"})
+    schema = EventSchema(categorical=("k",), id_types="string")
+    assert schema.id_types == {"entity_id": "string", "item_id": "string", "k": "string"}
+    assert schema.to_dict()["id_types"] == schema.id_types
+    assert "id_types" not in EventSchema().to_dict()  # older configurations keep their hash
+    assert hash(schema) == hash(EventSchema(categorical=("k",)))
+
+
+@pytest.mark.parametrize(
+    "column, values, kinds",
+    [
+        ("timestamp", [pd.Timestamp("2020-01-01"), pd.Timestamp("2020-01-02"), 5], "number"),
+        (
+            "timestamp",
+            [pd.Timestamp("2020-01-01"), "2020-01-02", pd.Timestamp("2020-01-02")],
+            "text",
+        ),
+        ("entity_id", [7, "007", 8], "text"),
+        ("item_id", [True, 1, 2], "boolean"),
+    ],
+)
+def test_object_columns_mixing_kinds_of_values_are_refused(column, values, kinds):
+    """Issue 28, 7: an integer among Timestamps became a 1970 time that passed every as_of."""
+    with pytest.raises(SeqencError) as info:
+        read_events(frame(**{column: pd.Series(values, dtype=object)}))
+    message = str(info.value)
+    assert f"column {column!r} holds mixed kinds" in message and f"first {kinds}" in message
+    assert "\n" not in message
+
+
+def test_mixed_numbers_in_a_numeric_column_are_refused_by_row():
+    df = frame(amount=pd.Series([1.5, 2, "3"], dtype=object))
+    with pytest.raises(SeqencError, match=r"'amount'.*mixed kinds.*first text at row 2"):
+        read_events(df, EventSchema(numeric=("amount",)))
+    fine = frame(amount=pd.Series([1.5, 2, decimal.Decimal("2.25")], dtype=object))
+    assert read_events(fine, EventSchema(numeric=("amount",)))["amount"].to_pylist() == [
+        1.5,
+        2.0,
+        2.25,
+    ]
+
+
+def test_integer_nanoseconds_name_their_unit_and_row():
+    for unit, factor in [("nanoseconds", 10**9), ("microseconds", 10**6), ("milliseconds", 10**3)]:
+        with pytest.raises(SeqencError) as info:
+            read_events(frame(timestamp=[T0, T0 * factor + 1, T0]))
+        message = str(info.value)
+        assert "'timestamp'" in message and unit in message and "row 1" in message
+    with pytest.raises(SeqencError, match="nanoseconds"):
+        epoch_seconds(T0 * 10**9)
+
+
+def test_decimals_are_numbers_and_integral_decimal_ids_integers():
+    D = decimal.Decimal
+    schema = EventSchema(numeric=("amount",))
+    objects = frame(amount=[D("1.10"), D("2"), D("-3.5")])
+    assert read_events(objects, schema)["amount"].to_pylist() == pytest.approx([1.1, 2, -3.5])
+    table = pa.table(
+        {
+            "entity_id": pa.array([D(7), D(8), D(7)], pa.decimal128(20, 0)),
+            "item_id": pa.array([D("1.5"), D("2"), D("1.5")], pa.decimal128(5, 1)),
+            "timestamp": pa.array([D(T0), D(T0 + 1), D(T0 + 2)], pa.decimal128(12, 0)),
+            "amount": pa.array([D("1.25"), D("2"), D("0")], pa.decimal128(6, 2)),
+        }
+    )
+    out = read_events(table, schema)
+    assert out["entity_id"].to_pylist() == [7, 8, 7]
+    assert out["item_id"].to_pylist() == ["1.5", "2.0", "1.5"]  # as written by the decimal type
+    assert out["timestamp"].to_pylist() == [T0, T0 + 1, T0 + 2]
+    assert out["amount"].to_pylist() == [1.25, 2.0, 0.0]
+
+
+def test_far_future_times():
+    """as_of="9999-12-31" raised OverflowError; ISO text that far out, a raw ArrowInvalid."""
+    end = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc).timestamp()
+    assert epoch_seconds("9999-12-31") == epoch_seconds(dt.datetime(9999, 12, 31)) == end
+    got = read_events(frame(timestamp=["2020-01-01", "9999-12-31", "2020-01-01"]))["timestamp"]
+    assert got[1].as_py() == end
+
+
+def test_an_instant_is_one_float_whatever_its_unit():
+    """A time and an as_of equal to it compare equal, so `as_of` keeps the event at that time."""
+    instant = pd.Timestamp("2024-02-29 23:59:58.123456789", tz="UTC")
+    reference = epoch_seconds(instant)
+    for unit in ("ns", "us", "ms", "s"):
+        t = instant.floor({"ns": "ns", "us": "us", "ms": "ms", "s": "s"}[unit])
+        col = pd.Series([t] * 3).astype(f"datetime64[{unit}, UTC]")
+        assert read_events(frame(timestamp=col))["timestamp"][0].as_py() == epoch_seconds(t)
+    assert reference == pytest.approx(instant.value / 1e9, abs=1e-6)
+
+
+def test_big_integers_in_numeric_and_tie_breaker_columns():
+    schema = EventSchema(numeric=("amount",), tie_breakers=("seq",))
+    df = frame(amount=[2**60 + 1, 1, 2], seq=np.array([2**40, 1, 2], dtype=np.uint64))
+    out = read_events(df, schema)
+    assert out["amount"][0].as_py() == pytest.approx(2.0**60)
+    assert out["seq"].to_pylist() == [2**40, 1, 2]
+    df = frame(seq=np.array([1, 2**63 + 5, 2], dtype=np.uint64))
+    with pytest.raises(SeqencError, match="'seq': integer beyond int64.*row 1"):
+        read_events(df, EventSchema(tie_breakers=("seq",)))
+
+
+def test_uint64_ids_beyond_int64_need_string_ids():
+    ids = np.array([2**63 + 5, 1, 2**63 + 5], dtype=np.uint64)
+    with pytest.raises(SeqencError, match=r"'entity_id'.*beyond int64.*'string'.*row 0"):
+        read_events(frame(entity_id=ids))
+    as_text = read_events(frame(entity_id=ids), EventSchema(id_types={"entity_id": "string"}))
+    assert as_text["entity_id"].to_pylist() == [str(2**63 + 5), "1", str(2**63 + 5)]
+
+
+def test_other_pandas_dtypes():
+    schema = EventSchema(categorical=("kind", "size"))
+    df = frame(
+        kind=pd.array([1, None, 2], dtype="Int64"),  # nullable integers: NA is a null category
+        size=pd.Categorical(["s", "m", "s"], categories=["s", "m", "l", "xl"]),  # unused: ignored
+    )
+    out = read_events(df, schema)
+    assert out["kind"].to_pylist() == [1, None, 2] and out["size"].to_pylist() == ["s", "m", "s"]
+    paris = pd.Timestamp("2020-01-01 12:00", tz="Europe/Paris")
+    york = pd.Timestamp("2020-01-01 12:00", tz="America/New_York")
+    zones = frame(timestamp=pd.Series([paris, york, paris.tz_localize(None)], dtype=object))
+    got = read_events(zones)["timestamp"].to_pylist()  # each zone converted, naive taken as UTC
+    assert got == [paris.timestamp(), york.timestamp(), paris.tz_localize(None).timestamp()]
+    with pytest.raises(SeqencError, match="'entity_id'.*null entity id.*row 1"):
+        read_events(frame(entity_id=pd.array([1, None, 2], dtype="Int64")))

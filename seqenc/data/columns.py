@@ -18,11 +18,9 @@ from seqenc.errors import SeqencError
 
 # Numeric epoch times above this (year 5138) are almost surely milliseconds or finer, not seconds.
 MAX_EPOCH_SECONDS = 1e11
-_SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-_MS_HINT = (
-    "numeric timestamps must be epoch SECONDS, this looks like milliseconds or finer "
-    "(divide by 1000, or pass datetime values)"
-)
+_TICKS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+# A number above MAX_EPOCH_SECONDS, by magnitude: the unit it most likely is, ticks per second.
+_FINER_UNITS = (("nanoseconds", 1e9), ("microseconds", 1e6), ("milliseconds", 1e3))
 
 
 def is_text(t: pa.DataType) -> bool:
@@ -62,8 +60,8 @@ def _normalize(table: pa.Table, name: str, schema: EventSchema, offset: int) -> 
         return _to_epoch_seconds(table, name, col, offset)
     if name in schema.numeric:
         return _to_float32(table, name, col, offset)
-    if name in schema.tie_breakers and name not in (schema.item, *schema.categorical):
-        return _to_sortable(name, col)
+    if name in schema.tie_breakers and name not in schema.id_columns:
+        return _to_sortable(table, name, col, offset)
     if pa.types.is_floating(col.type):  # NaN in an id / category column means "missing"
         col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
     if name in (schema.entity, schema.item):
@@ -74,37 +72,86 @@ def _normalize(table: pa.Table, name: str, schema: EventSchema, offset: int) -> 
             raise SeqencError(
                 f"column {name!r} holds booleans; {kind} ids must be integers or strings"
             )
-    return _to_id(name, col)
+    return _to_id(table, name, col, schema.id_type(name), offset)
 
 
-def _to_id(name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
+def _to_id(
+    table: pa.Table, name: str, col: pa.ChunkedArray, id_type: str, offset: int
+) -> pa.ChunkedArray:
+    """An id column as ``int64`` or ``large_string``, by ``id_type`` (see ``EventSchema``)."""
     t = col.type
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        try:
-            return col.cast(pa.int64())
-        except pa.ArrowInvalid as e:  # uint64 beyond int64
-            raise SeqencError(f"column {name!r}: ids do not fit in int64: {e}") from e
-    if pa.types.is_floating(t):
-        values = np.nan_to_num(col.to_numpy(), nan=0.0)  # NaN = null here, kept as null
-        if (np.abs(values) < 2**53).all() and (values == np.round(values)).all():
-            return col.cast(pa.int64())
+    known = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_floating, pa.types.is_decimal)
+    if not (is_text(t) or pa.types.is_null(t) or any(test(t) for test in known)):
+        raise SeqencError(f"column {name!r} has type {t}; expected integers or strings")
+    if id_type == "string":
         return as_text(col)
+    if is_text(t) and id_type == "int":
+        return _parse_ints(table, name, col, offset)
     if is_text(t) or pa.types.is_null(t):
-        return col.cast(pa.large_string())
-    raise SeqencError(f"column {name!r} has type {t}; expected integers or strings")
+        return col.cast(pa.int64() if id_type == "int" else pa.large_string())
+    fits = _fits_int64(col)
+    if fits is None or pc.all(fits).as_py() is not False:
+        return col.cast(pa.int64(), safe=False)
+    if pa.types.is_integer(t):  # uint64 beyond int64: every file's integers must stay integers
+        problem = f"integer beyond int64 (id_types={{{name!r}: 'string'}} reads such ids as text)"
+    elif id_type == "int":
+        problem = "not a whole number within int64 (id_types says 'int')"
+    else:
+        return as_text(col)
+    raise _bad_row(table, name, pc.invert(fits), problem, offset)
 
 
-def _to_sortable(name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
+def _fits_int64(col: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """Which values of a float, decimal or ``uint64`` column are whole and exactly ``int64``
+    (floats: below 2**53), or ``None`` for integer and boolean types, which always are."""
+    t = col.type
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        limit = 2.0**53 if pa.types.is_floating(t) else 2.0**63
+        small = pc.less(pc.abs(col.cast(pa.float64(), safe=False)), limit)
+        return pc.and_(pc.equal(col, pc.floor(col)), small)
+    if pa.types.is_uint64(t):
+        return pc.less_equal(col, pa.scalar(2**63 - 1, pa.uint64()))
+    return None
+
+
+def _parse_ints(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> pa.ChunkedArray:
+    """Integer text (``"007"``, ``" 7"``, ``"+7"``) → ``int64``, naming the first row that is not."""
+    text = pc.utf8_trim_whitespace(col)
+    digits = pc.fill_null(pc.match_substring_regex(text, r"^[+-]?[0-9]+$"), True)
+    if not pc.all(digits).as_py():
+        problem = "not an integer (id_types says 'int')"
+        raise _bad_row(table, name, pc.invert(digits), problem, offset)
+    try:
+        return text.cast(pa.int64())
+    except pa.ArrowInvalid:
+        big = np.abs(text.cast(pa.float64()).to_numpy(zero_copy_only=False)) >= 2.0**63
+        raise _bad_row(table, name, big, "integer beyond int64", offset) from None
+
+
+def _numbers(col: pa.ChunkedArray) -> np.ndarray | None:
+    """Integer, float, boolean or decimal values as float64 (precision beyond 2**53 is rounded,
+    never an error), or ``None`` for other types."""
+    t = col.type
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_decimal)
+    if not any(test(t) for test in kinds):
+        return None
+    return col.cast(pa.float64(), safe=False).to_numpy()
+
+
+def _to_sortable(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> pa.ChunkedArray:
     """A tie-breaker column: integers, floats, text or times, kept comparable (nulls sort last)."""
     t = col.type
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return col.cast(pa.int64())
-    if pa.types.is_floating(t):
-        return col.cast(pa.float64())
+        fits = _fits_int64(col)
+        if fits is not None and pc.all(fits).as_py() is False:
+            raise _bad_row(table, name, pc.invert(fits), "integer beyond int64", offset)
+        return col.cast(pa.int64(), safe=False)
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return col.cast(pa.float64(), safe=False)
     if is_text(t):
         return col.cast(pa.large_string())
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
-        return col.cast(pa.timestamp("ns")).cast(pa.int64())
+        return pa.chunked_array([_ticks(col)[0]])  # microseconds: no overflow before year 294247
     raise SeqencError(f"tie-breaker column {name!r} has type {t}; expected numbers, text or times")
 
 
@@ -112,6 +159,7 @@ def _to_float32(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -
     if col.null_count:
         raise _bad_row(table, name, pc.is_null(col), "missing value (null/NaN)", offset)
     t = col.type
+    values = _numbers(col)
     if is_text(t):
         try:  # Arrow's parser first; pandas (spaces, odd spellings) finds the bad row otherwise
             values = col.cast(pa.float64()).to_numpy()
@@ -120,9 +168,7 @@ def _to_float32(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -
             values = parsed.to_numpy(dtype=np.float64, na_value=np.nan)
             if np.isnan(values).any():
                 raise _bad_row(table, name, np.isnan(values), "non-numeric value", offset) from None
-    elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        values = col.cast(pa.float64()).to_numpy()
-    else:
+    elif values is None:
         raise SeqencError(f"column {name!r} has type {t}; expected numbers")
     with np.errstate(over="ignore"):  # values beyond float32 become inf, reported just below
         out = values.astype(np.float32)
@@ -132,44 +178,69 @@ def _to_float32(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -
     return pa.chunked_array([out])
 
 
+def _ticks(col: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Timestamps or dates as ``(int64 ticks since the epoch, UTC; ticks per second)``, in the
+    column's unit, or microseconds for dates."""
+    t = col.type
+    if pa.types.is_date(t):
+        col, t = col.cast(pa.timestamp("us")), pa.timestamp("us")
+    # Arrow stores tz-aware timestamps as UTC ticks: the raw integers are already UTC.
+    return col.cast(pa.int64()).to_numpy(), _TICKS_PER_SECOND[t.unit]
+
+
+def _seconds(ticks: np.ndarray, per_second: int) -> np.ndarray:
+    """Ticks → float64 seconds, the whole seconds and the fraction apart: an instant gives the same
+    float whatever its unit (s, ms, us, ns), so a time and an ``as_of`` equal to it compare equal."""
+    whole, rest = np.divmod(ticks, per_second)
+    return whole.astype(np.float64) + rest / per_second
+
+
+def _unit_hint(values: np.ndarray) -> str:
+    """Why numbers above :data:`MAX_EPOCH_SECONDS` are refused, naming their probable unit."""
+    top = float(np.max(np.abs(values)))
+    unit, factor = next((u, f) for u, f in _FINER_UNITS if top > f * MAX_EPOCH_SECONDS / 1e3)
+    return (
+        f"numeric timestamps must be epoch SECONDS, this looks like {unit} "
+        f"(divide by {factor:,.0f}, or pass datetime values)"
+    )
+
+
 def _to_epoch_seconds(
     table: pa.Table, name: str, col: pa.ChunkedArray, offset: int
 ) -> pa.ChunkedArray:
     if col.null_count:
         raise _bad_row(table, name, pc.is_null(col), "null/NaT timestamp", offset)
-    t = col.type
-    if is_text(t):
+    if is_text(col.type):
         try:  # numbers written as text (CSV): epoch seconds
-            col, t = col.cast(pa.float64()), pa.float64()
+            col = col.cast(pa.float64())
         except pa.ArrowInvalid:
-            col, t = _parse_iso(table, name, col, offset), pa.timestamp("ns", "UTC")
-    if pa.types.is_date(t):
-        col, t = col.cast(pa.timestamp("s")), pa.timestamp("s")
-    if pa.types.is_timestamp(t):
-        # Arrow stores tz-aware timestamps as UTC ticks: the raw integers are already UTC.
-        ticks = col.cast(pa.int64()).to_numpy()
-        return pa.chunked_array([ticks * _SECONDS_PER_UNIT[t.unit]])
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        values = col.cast(pa.float64()).to_numpy()
-        if not np.isfinite(values).all():
-            raise _bad_row(table, name, ~np.isfinite(values), "NaN or infinite timestamp", offset)
-        too_big = np.abs(values) > MAX_EPOCH_SECONDS
-        if too_big.any():
-            raise _bad_row(table, name, too_big, _MS_HINT, offset)
-        return pa.chunked_array([values])
-    raise SeqencError(
-        f"column {name!r} has type {t}; expected datetimes, epoch seconds or ISO text"
-    )
+            col = _parse_iso(table, name, col, offset)
+    t = col.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return pa.chunked_array([_seconds(*_ticks(col))])
+    values = None if pa.types.is_boolean(t) else _numbers(col)
+    if values is None:
+        raise SeqencError(
+            f"column {name!r} has type {t}; expected datetimes, epoch seconds or ISO text"
+        )
+    if not np.isfinite(values).all():
+        raise _bad_row(table, name, ~np.isfinite(values), "NaN or infinite timestamp", offset)
+    too_big = np.abs(values) > MAX_EPOCH_SECONDS
+    if too_big.any():
+        raise _bad_row(table, name, too_big, _unit_hint(values[too_big]), offset)
+    return pa.chunked_array([values])
 
 
 def _parse_iso(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> pa.ChunkedArray:
-    """ISO-8601 strings → UTC timestamps (naive strings are taken as UTC)."""
-    for target in (pa.timestamp("ns"), pa.timestamp("ns", "UTC")):  # Arrow's fast parser first
-        try:
-            return col.cast(target)
-        except pa.ArrowInvalid:
-            pass
-    texts = pd.Series(col.to_numpy(zero_copy_only=False))  # mixed offsets / formats: pandas
+    """ISO-8601 strings → timestamps, UTC (naive strings are taken as UTC). Arrow's fast parser
+    first, in nanoseconds, then microseconds (years beyond 2262); pandas for mixed offsets."""
+    for unit in ("ns", "us"):
+        for target in (pa.timestamp(unit), pa.timestamp(unit, "UTC")):
+            try:
+                return col.cast(target)
+            except pa.ArrowInvalid:
+                pass
+    texts = pd.Series(col.to_numpy(zero_copy_only=False))
     parsed = pd.to_datetime(texts, utc=True, format="ISO8601", errors="coerce")
     if parsed.isna().any():
         problem = "cannot parse timestamp as ISO-8601"
@@ -181,8 +252,9 @@ def epoch_seconds(value: object) -> float:
     """A point in time (``as_of``) → float epoch seconds, UTC, by the timestamp column's rules.
 
     Accepts ``datetime`` / ``pd.Timestamp`` / ``np.datetime64`` / ISO-8601 strings (naive values are
-    taken as UTC) and numbers or numeric strings (``"1704119688"``, as the command line passes
-    them), read as epoch **seconds**; a number above 1e11 is refused as probable milliseconds.
+    taken as UTC; any year up to 9999) and numbers or numeric strings (``"1704119688"``, as the
+    command line passes them), read as epoch **seconds**; a number above 1e11 is refused as
+    probable milliseconds. An instant gives exactly the float its timestamp column value gives.
     """
     if isinstance(value, (bool, np.bool_)):
         raise SeqencError(f"cannot read {value!r} as a point in time")
@@ -196,13 +268,16 @@ def epoch_seconds(value: object) -> float:
         if not np.isfinite(number):
             raise SeqencError(f"time must be finite, got {value!r}")
         if abs(number) > MAX_EPOCH_SECONDS:
-            raise SeqencError(f"time {value!r}: {_MS_HINT}")
+            raise SeqencError(f"time {value!r}: {_unit_hint(np.array([float(number)]))}")
         return float(number)
     try:
         ts = pd.Timestamp(value)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise SeqencError(f"cannot read {value!r} as a point in time: {e}") from e
     if ts is pd.NaT:
         raise SeqencError(f"cannot read {value!r} as a point in time (NaT)")
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.value / 1e9
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert("UTC").tz_localize(None)
+    ticks = ts.asm8  # numpy datetime64 in the Timestamp's own unit: no overflow up to 9999
+    unit = np.datetime_data(ticks.dtype)[0]
+    return float(_seconds(np.array([ticks.astype(np.int64)]), _TICKS_PER_SECOND[unit])[0])

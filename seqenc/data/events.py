@@ -8,11 +8,14 @@ step (vocabularies, sequences) relies on what :func:`read_events` guarantees.
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,18 +58,27 @@ def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Tabl
     Returns:
         A table with exactly ``schema.columns``, typed as follows:
 
-        - entity and item: ``int64`` when the column holds integers (or whole floats) in every
-          file, else ``large_string`` (pandas string / object / categorical and Arrow dictionary
-          columns are decoded). Integer-looking *strings* of a DataFrame, Arrow or Parquet column
-          stay strings (``"007"`` and ``"7"`` differ); in CSV, where every cell is text, a column
-          is integer when all its cells are. Booleans are refused as ids.
+        - entity, item and categorical columns (ids), by ``schema.id_types``: ``"string"`` keeps
+          text as written (numbers become their decimal text), ``"int"`` gives ``int64`` (integer
+          text such as ``"007"`` is read as 7; anything else is refused). ``"auto"`` (the
+          default): ``int64`` when the column holds integers (or whole floats or decimals) in
+          every file, else ``large_string`` (pandas string / object / categorical and Arrow
+          dictionary columns are decoded). Integer-looking *strings* of a DataFrame, Arrow or
+          Parquet column stay strings (``"007"`` and ``"7"`` differ); in CSV, where every cell is
+          text, a column is integer when all its cells are integers written canonically (no
+          leading zero, sign or space: ``"007"`` keeps the column text). Booleans are refused as
+          entity and item ids; integers beyond int64 need ``"string"``. Categorical nulls are
+          kept (they encode as UNK).
         - timestamp: ``float64`` **seconds since the Unix epoch, UTC**. Accepted inputs:
           datetime64 / Arrow timestamps of any unit (s, ms, us, ns); timezone-aware values are
-          converted to UTC, naive ones are taken as UTC; Arrow dates (midnight UTC); numbers
-          (or numeric text), read as epoch **seconds** (values above 1e11 are rejected as probable
-          milliseconds); ISO-8601 strings such as ``"2024-03-01T12:00:00+01:00"``.
-        - categorical columns: ``int64`` or ``large_string``; nulls are kept (they encode as UNK).
-        - numeric columns: ``float32``.
+          converted to UTC (zones may differ row to row), naive ones are taken as UTC; Arrow dates
+          (midnight UTC); numbers, decimals or numeric text, read as epoch **seconds** (values
+          above 1e11 are rejected as probable milliseconds, microseconds or nanoseconds); ISO-8601
+          strings such as ``"2024-03-01T12:00:00+01:00"`` (up to the year 9999).
+        - numeric columns: ``float32`` (from integers, floats, decimals or numeric text).
+
+        A pandas object column must hold one kind of value (numbers of any type, times, or text):
+        a number among times, or text among numbers, is refused naming the row.
 
     Raises:
         SeqencError: a missing column (naming the file; the available ones are listed), a null
@@ -108,11 +120,45 @@ def _from_pandas(df: pd.DataFrame, schema: EventSchema) -> pa.Table:
     _check_columns(list(df.columns), schema, "the DataFrame")
     arrays = {}
     for name in schema.columns:
+        column = df[name]
+        if column.dtype == object and "mixed" in pd.api.types.infer_dtype(column, skipna=True):
+            if _one_kind(column, name) == "number":  # ints, floats, Decimals: one numeric type
+                column = pd.to_numeric(column)
         try:
-            arrays[name] = pa.Array.from_pandas(df[name])
+            arrays[name] = pa.Array.from_pandas(column)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
             raise SeqencError(f"column {name!r} cannot be converted (mixed types?): {e}") from e
     return pa.table(arrays)
+
+
+def _value_kind(value: object) -> str:
+    """What a Python value in an object column stands for: numbers of any type are one kind."""
+    if isinstance(value, (bool, np.bool_)):
+        return "boolean"
+    if isinstance(value, numbers.Number):  # int, float, Decimal, numpy scalars
+        return "number"
+    if isinstance(value, (dt.date, np.datetime64)):  # date, datetime, pd.Timestamp
+        return "time"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+def _one_kind(column: pd.Series, name: str) -> str:
+    """The one kind of value of an object column, else a SeqencError naming the first row whose
+    kind differs from the most common: a number among times would be read as a time in 1970 (Arrow
+    takes it as microseconds), text among numbers as something else again."""
+    values = column.to_numpy()
+    rows = np.flatnonzero(column.notna().to_numpy())
+    kinds = pd.Series([_value_kind(v) for v in values[rows]], dtype=object)
+    counts = kinds.value_counts()
+    if len(counts) < 2:
+        return str(counts.index[0]) if len(counts) else "empty"
+    odd = int(np.flatnonzero(kinds.to_numpy() != counts.index[0])[0])
+    row = int(rows[odd])
+    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    raise SeqencError(
+        f"column {name!r} holds mixed kinds of values ({summary}); first {kinds[odd]} at row {row} "
+        f"(0-based): {name}={values[row]!r}"
+    )
 
 
 def _is_csv(path: Path) -> bool:
@@ -162,14 +208,17 @@ class EventScan:
     """Stream the schema's columns of event files, ``batch_rows`` rows at a time, typed and checked.
 
     Every file's columns are checked before the first row is read. Blocks come in *storage* types:
-    an id / categorical column is ``int64`` when every file stores it as integers, else text; once
-    all blocks have been seen, :meth:`finish` gives a table the whole-input types (text that is
-    all integers, as in CSV, becomes ``int64``), exactly as :func:`read_events` returns them.
+    an id column the schema types explicitly (``id_types``) has its final type in every block; an
+    ``"auto"`` one is ``int64`` when every file stores it as integers, else text. Once all blocks
+    have been seen, :meth:`finish` gives a table the whole-input types (CSV text that is all
+    integers written canonically becomes ``int64``), exactly as :func:`read_events` returns them.
+    Text and final types map one to one, so the storage value identifies an id (the export hashes
+    it to route rows).
     """
 
     def __init__(self, files: list[Path], schema: EventSchema, batch_rows: int = SCAN_ROWS) -> None:
         self.files, self.schema, self.batch_rows = files, schema, batch_rows
-        ids = [schema.entity, schema.item, *schema.categorical]
+        ids = [c for c in schema.id_columns if schema.id_type(c) == "auto"]
         self.text_ids: set[str] = set()
         for path in files:
             names, arrow = _file_columns(path)
@@ -213,8 +262,8 @@ class EventScan:
         """Cast id columns to their storage type, noting whether their values are all integers."""
         for name in self.text_ids:
             col = table[name]
-            if is_text(col.type):  # CSV text counts as integer when it parses as one
-                integer = _is_csv(path) and _parses_as_int(col)
+            if is_text(col.type):  # CSV text counts as integer when written as one
+                integer = _is_csv(path) and _canonical_ints(col)
                 self.all_int[name] = self.all_int[name] and integer
             i = table.column_names.index(name)
             table = table.set_column(i, name, col.cast(pa.large_string()))
@@ -242,9 +291,11 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _parses_as_int(col: pa.ChunkedArray) -> bool:
+def _canonical_ints(col: pa.ChunkedArray) -> bool:
+    """Whether every value of a text column is an integer written as Python writes it: ``"7"``
+    but not ``"007"``, ``"+7"`` or ``" 7"``, which read as integers would merge with ``"7"``."""
     try:
-        pc.cast(col, pa.int64())
-        return True
+        ints = pc.cast(col, pa.int64())
     except pa.ArrowInvalid:
         return False
+    return pc.all(pc.equal(ints.cast(col.type), col)).as_py() is not False

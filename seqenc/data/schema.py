@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from seqenc.errors import SeqencError
+
+ID_TYPES = ("auto", "int", "string")
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,11 @@ class EventSchema:
             (e.g. an event sequence number). After them, ties are always broken by the item, then
             the categorical and numeric columns, so the order of the input rows never changes a
             history (rows equal in every column are interchangeable). Ignored without timestamps.
+        id_types: how to type the id columns (entity, item, categorical): a mapping from column to
+            ``"int"`` (int64; integer text such as ``"007"`` is read as 7), ``"string"`` (text kept
+            as written, so ``"007"`` and ``"7"`` differ; integers become their decimal text) or
+            ``"auto"`` (the default, see :func:`~seqenc.data.events.read_events`); or one of those
+            names for every id column. A bundle records the types it was trained with.
     """
 
     entity: str = "entity_id"
@@ -28,12 +37,42 @@ class EventSchema:
     categorical: tuple[str, ...] = field(default_factory=tuple)
     numeric: tuple[str, ...] = field(default_factory=tuple)
     tie_breakers: tuple[str, ...] = field(default_factory=tuple)
+    id_types: dict[str, str] | str = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         # Accept lists from YAML / jsonargparse while keeping the object hashable.
         object.__setattr__(self, "categorical", tuple(self.categorical))
         object.__setattr__(self, "numeric", tuple(self.numeric))
         object.__setattr__(self, "tie_breakers", tuple(self.tie_breakers))
+        object.__setattr__(self, "id_types", self._checked_id_types(self.id_types))
+
+    @property
+    def id_columns(self) -> list[str]:
+        """The columns holding ids (typed by ``id_types``): entity, item, categorical."""
+        return list(dict.fromkeys([self.entity, self.item, *self.categorical]))
+
+    def _checked_id_types(self, types: object) -> dict[str, str]:
+        """``id_types`` as a dict of explicit types (``"auto"`` entries dropped), validated."""
+        if isinstance(types, str):
+            types = dict.fromkeys(self.id_columns, types)
+        if not isinstance(types, dict):
+            raise SeqencError(f"id_types must be a mapping or one of {ID_TYPES}, got {types!r}")
+        for column, kind in types.items():
+            if column not in self.id_columns:
+                raise SeqencError(
+                    f"id_types names {column!r}, which is not an id column {self.id_columns}"
+                )
+            if kind not in ID_TYPES:
+                raise SeqencError(f"id_types[{column!r}] must be one of {ID_TYPES}, got {kind!r}")
+        return {c: k for c, k in types.items() if k != "auto"}
+
+    def id_type(self, column: str) -> str:
+        """``"int"``, ``"string"`` or ``"auto"``: how the id column ``column`` is typed."""
+        return self.id_types.get(column, "auto")
+
+    def with_id_types(self, defaults: dict[str, str]) -> EventSchema:
+        """This schema with ``defaults`` for the id columns it leaves ``"auto"``."""
+        return replace(self, id_types=defaults | self.id_types)
 
     @property
     def columns(self) -> list[str]:
@@ -49,8 +88,8 @@ class EventSchema:
         return list(dict.fromkeys([*self.tie_breakers, *fallback]))
 
     def to_dict(self) -> dict:
-        """JSON form; ``tie_breakers`` only when set, so configurations written before it existed
-        keep their hash."""
+        """JSON form; ``tie_breakers`` and ``id_types`` only when set, so configurations written
+        before they existed keep their hash."""
         d = {
             "entity": self.entity,
             "item": self.item,
@@ -58,4 +97,5 @@ class EventSchema:
             "categorical": list(self.categorical),
             "numeric": list(self.numeric),
         }
-        return d | ({"tie_breakers": list(self.tie_breakers)} if self.tie_breakers else {})
+        d |= {"tie_breakers": list(self.tie_breakers)} if self.tie_breakers else {}
+        return d | ({"id_types": dict(self.id_types)} if self.id_types else {})
