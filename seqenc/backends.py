@@ -20,6 +20,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
 ONNX_FILE = "model.onnx"  # default place of the graph: inside the bundle, so it ships with it
+ORT_TYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(double)": np.float64}
 
 
 def embed_batch(encoder: SequenceEncoder, batch: Batch) -> torch.Tensor:
@@ -83,10 +84,14 @@ class OnnxRuntimeBackend:
                     "bundle's); re-export it with `seqenc onnx`"
                 )
         self.inputs = [i.name for i in self.session.get_inputs()]
+        # graphs exported before dt_ref became float64 take it as float32: fed what they declare
+        self.dtypes = {i.name: ORT_TYPES[i.type] for i in self.session.get_inputs()}
 
     def embed(self, batch: Batch) -> np.ndarray:
         feeds = {
-            name: (batch.query_gap if name == "dt_query" else getattr(batch, name)).numpy()
+            name: (batch.query_gap if name == "dt_query" else getattr(batch, name))
+            .numpy()
+            .astype(self.dtypes[name], copy=False)
             for name in self.inputs
         }
         return self.session.run(None, feeds)[0]

@@ -13,7 +13,8 @@ lengths       [B] i64      always
 dt_prev       [B, L] f32   ``time``
 dt_query      [B] f32      ``time`` and (``query_time`` or the masked objective, whose appended
                            [MASK] carries the query gap)
-dt_ref        [B, L] f32   ``time`` and (``time_bias`` or the legacy ``recency`` input)
+dt_ref        [B, L] f64   ``time`` and (``time_bias`` or the legacy ``recency`` input); float64
+                           as in torch, so the time bias's gaps are exact far from ``as_of``
 categorical   [B, L, C]    ``C > 0`` categorical columns
 numeric       [B, L, N]    ``N > 0`` numeric columns
 ============  ===========  ======================================================================
@@ -139,7 +140,7 @@ def example_inputs(meta: BundleMeta, inputs: list[str]) -> tuple[Tensor, ...]:
         "lengths": lengths,
         "dt_prev": torch.rand(batch_size, width, generator=g) * 1e4,
         "dt_query": torch.rand(batch_size, generator=g) * 1e4,
-        "dt_ref": torch.rand(batch_size, width, generator=g) * 1e4,
+        "dt_ref": torch.rand(batch_size, width, generator=g, dtype=torch.float64) * 1e4,
         "categorical": torch.stack(
             [torch.randint(0, s, (batch_size, width), generator=g) for s in enc.categorical_sizes]
             or [torch.zeros(batch_size, width, dtype=torch.int64)],

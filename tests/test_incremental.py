@@ -195,3 +195,15 @@ def test_movielens_100k(shared_data, tmp_path):
     got, after = enc.update(enc.state(old), new, output="numpy")
     assert after.stats["n_extended"] > 0 and after.stats["n_reencoded"] > 0
     assert_matches(got, enc.encode(events, output="numpy"))
+
+
+@pytest.mark.parametrize("ahead", ["1h", "1825D"])
+def test_time_bias_gaps_hold_at_a_distant_as_of(tmp_path, events, ahead):
+    """The pairwise gaps of the time bias do not depend on how far ``as_of`` lies ahead: update
+    equals encode within 1e-5 an hour and five years after the newest event (gaps taken from
+    ``as_of - t`` in float32 lose whole seconds at ~1e8 s and flip log buckets)."""
+    enc = encoder(tmp_path / "b", events, time_bias=True)
+    old, new = with_newcomers(*split(events, 0.7))
+    as_of = events["timestamp"].max() + pd.Timedelta(ahead)
+    got, _ = enc.update(enc.state(old, as_of=as_of), new, as_of=as_of, output="numpy")
+    assert_matches(got, enc.encode(events, as_of=as_of, output="numpy"))

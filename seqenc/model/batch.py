@@ -29,9 +29,11 @@ class Batch:
         items: ``[B, L]`` int64 item vocabulary ids, PAD (0) after ``lengths``.
         lengths: ``[B]`` int64 number of real events per row (0 for an empty history).
         dt_prev: ``[B, L]`` float32 seconds since the previous event (0 for the first and for PAD).
-        dt_ref: ``[B, L]`` float32 seconds from the event to the reference time; only differences
-            between positions are model inputs (never the value itself: at position i it would
-            tell how much later the window ends).
+        dt_ref: ``[B, L]`` float64 (or float32) seconds from the event to the reference time; only
+            differences between positions are model inputs (never the value itself: at position i
+            it would tell how much later the window ends). Float64, because an ``as_of`` years
+            ahead makes the values ~1e8 s, where float32 steps are 8 s and the differences of the
+            time bias would change log buckets (they are rounded to float32 only once taken).
         categorical: ``[B, L, C]`` int64 categorical feature ids (C may be 0).
         numeric: ``[B, L, N]`` float32 numeric features (N may be 0).
         index: ``[B]`` int64 position of each history in the samples it was collated from (for a
@@ -78,7 +80,7 @@ class Batch:
         if self.dt_query is not None:
             return self.dt_query.to(self.dt_prev.dtype)
         rows = torch.arange(len(self), device=self.items.device)
-        newest = self.dt_ref[rows, (self.lengths - 1).clamp(min=0)]
+        newest = self.dt_ref[rows, (self.lengths - 1).clamp(min=0)].to(self.dt_prev.dtype)
         return torch.where(self.lengths > 0, newest, torch.zeros_like(newest))
 
     def __len__(self) -> int:

@@ -218,6 +218,8 @@ class SequenceEncoder(nn.Module):
         mask = None if causal else key_padding_mask(batch.lengths, width)
         gaps = None
         if self.config.time and self.config.time_bias:
+            # in dt_ref's dtype (float64 from collate), as the incremental cache does from event
+            # times: rounded to float32 only once taken, so far from as_of no bucket moves
             gaps = (batch.dt_ref[:, :, None] - batch.dt_ref[:, None, :]).abs()
             gaps = time_bucket(gaps, self.config.n_time_buckets)
         *blocks, last = self.blocks
