@@ -278,3 +278,70 @@ def test_bundles_written_before_the_data_spec_still_load_and_encode_the_same(obj
     assert encoder.model.config.recency and not encoder.model.config.query_time
     got = encoder.encode(root / "events.parquet", output="numpy").embeddings
     np.testing.assert_allclose(got, np.load(root / objective / "expected.npy"), rtol=0, atol=1e-5)
+
+
+# --- issue 28, 5c: a bundle reads files with its id types ----------------------------------------
+
+
+def _sku_events() -> pd.DataFrame:
+    """The tiny log with text SKUs such as "000015" as items and zero-padded channel codes."""
+    events = tiny_events(20)
+    events["item_id"] = events["item_id"].astype(str).str.zfill(6)
+    events["channel"] = events["channel"].cat.codes.astype(str).str.zfill(2)
+    return events
+
+
+def test_a_bundle_trained_on_text_skus_reads_a_csv_of_them_as_text(tmp_path):
+    """A bundle trained on "000156"-style items read the same CSV as integers: every item UNK."""
+    from seqenc.inference import load_encoder
+
+    events = _sku_events()
+    path = tiny_bundle(tmp_path / "b", events)
+    types = json.loads((path / CONFIG_FILE).read_text())["schema"]["id_types"]
+    assert types == {"item_id": "string", "event_type": "string", "channel": "string"}
+    events.to_csv(tmp_path / "events.csv", index=False)
+    encoder = load_encoder(path, device="cpu")
+    from_csv = encoder.encode(tmp_path / "events.csv")
+    assert from_csv.attrs["n_unknown_items"] == 0
+    assert from_csv.attrs["n_unknown_categorical"] == {"event_type": 0, "channel": 0}
+    from_frame = encoder.encode(events)
+    np.testing.assert_allclose(
+        np.stack(from_csv["embedding"]), np.stack(from_frame["embedding"]), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_integer_items_written_with_leading_zeros_are_integers_for_an_integer_bundle(tmp_path):
+    from seqenc.inference import load_encoder
+
+    events = tiny_events(20)
+    path = tiny_bundle(tmp_path / "b", events)
+    assert load_bundle(path)[1].schema.id_type("item_id") == "int"
+    padded = events.assign(item_id=events["item_id"].astype(str).str.zfill(5))
+    padded.to_csv(tmp_path / "events.csv", index=False)
+    df = load_encoder(path, device="cpu").encode(tmp_path / "events.csv")
+    assert df.attrs["n_unknown_items"] == 0
+
+
+def test_id_types_round_trip_and_bundles_without_them_take_the_vocabularies(tmp_path):
+    from seqenc.bundle import config_hash
+
+    events = tiny_events(20)
+    _, vocabs = build_sequences(events, SCHEMA, max_len=None)
+    schema = SCHEMA.with_id_types({"entity_id": "string"})
+    path = tiny_bundle(tmp_path / "b", events)
+    encoder, meta, _ = load_bundle(path)
+    save_bundle(tmp_path / "s", encoder, DataSpec(schema, vocabs, 24))
+    assert load_bundle(tmp_path / "s")[1].schema.id_type("entity_id") == "string"
+
+    config = json.loads((path / CONFIG_FILE).read_text())  # as written before id_types existed
+    del config["schema"]["id_types"]
+    parts = ("objective", "max_len", "encoder", "schema")
+    config["config_hash"] = config_hash(*(config[k] for k in parts))
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+    assert load_bundle(path)[1].schema == meta.schema
+
+    config["schema"]["id_types"] = {"item_id": "string"}  # contradicts the integer vocabulary
+    config["config_hash"] = config_hash(*(config[k] for k in parts))
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(SeqencError, match=r"id_types\['item_id'\] is 'string'.*holds integers"):
+        load_bundle(path)
