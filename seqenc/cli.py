@@ -14,9 +14,8 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from seqenc.bundle import bundle_from_checkpoint
 from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
-from seqenc.cli_support import default_logger_classes, run_user_command
+from seqenc.cli_support import default_logger_classes, one_line_errors, run_user_command
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.errors import SeqencError
 from seqenc.module import SeqencModule
 from seqenc.version import __version__
 
@@ -116,10 +115,8 @@ def bundle_main(argv: list[str]) -> None:
     parser.add_argument("--output", required=True, help="bundle directory to write")
     parser.add_argument("--name", default=None, help="model name (default: the directory name)")
     args = parser.parse_args(argv)
-    try:
+    with one_line_errors("seqenc bundle"):
         path = bundle_from_checkpoint(args.ckpt, args.output, name=args.name)
-    except SeqencError as e:
-        parser.exit(1, f"seqenc bundle: error: {e}\n")
     print(f"bundle: {path}")
 
 
@@ -163,7 +160,7 @@ def embed_main(argv: list[str]) -> None:
     parser.add_argument("--onnx", default=None, help=f"ONNX graph (default <model>/{ONNX_FILE})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
+    with one_line_errors("seqenc embed"):
         path = export_embeddings(
             args.model,
             args.events,
@@ -180,8 +177,6 @@ def embed_main(argv: list[str]) -> None:
             backend=args.backend,
             onnx=args.onnx,
         )
-    except SeqencError as e:
-        parser.exit(1, f"seqenc embed: error: {e}\n")
     if rank_zero_only.rank == 0:
         print(f"embeddings: {path}")
 

@@ -1,17 +1,24 @@
-"""Helpers of the ``seqenc`` command that stand apart from the LightningCLI wiring: user errors as
-one line, and the loggers a base install can run."""
+"""Helpers of the ``seqenc`` command that stand apart from the LightningCLI wiring: user errors and
+SIGTERM as one line, and the loggers a base install can run."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
 from seqenc.errors import SeqencError
+from seqenc.signals import EXIT_CODE as TERMINATED_EXIT
+from seqenc.signals import Terminated
 
 DEBUG_ENV = "SEQENC_DEBUG"
+_OFF = ("", "0", "false", "no", "off")
 
 
 def user_error(exc: BaseException) -> SeqencError | None:
@@ -26,17 +33,38 @@ def user_error(exc: BaseException) -> SeqencError | None:
     return None
 
 
-def run_user_command(run: Callable[[], Any], prog: str) -> Any:
-    """``run()``; a user error (bad data, path, column, value) becomes one line on stderr and exit
-    code 1. Set ``SEQENC_DEBUG=1`` for the full traceback."""
+def debug_enabled() -> bool:
+    """Whether ``SEQENC_DEBUG`` asks for tracebacks: any value but unset, empty, ``0``,
+    ``false``, ``no`` or ``off`` (any case, spaces ignored)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in _OFF
+
+
+@contextmanager
+def one_line_errors(prog: str) -> Iterator[None]:
+    """Within the block a user error (bad data, path, column, value) becomes ``<prog>: error:
+    <message>`` on stderr and exit code 1; a run stopped by SIGTERM (seqenc's
+    :class:`~seqenc.signals.Terminated`, or Lightning's ``SIGTERMException`` after a training step,
+    which would exit 0) ``<prog>: stopped by SIGTERM`` and exit code 143. With ``SEQENC_DEBUG``
+    on (:func:`debug_enabled`) the traceback is shown too."""
     try:
-        return run()
+        yield
+    except (Terminated, SIGTERMException):
+        if debug_enabled():
+            traceback.print_exc()
+        print(f"{prog}: stopped by SIGTERM", file=sys.stderr)
+        raise SystemExit(TERMINATED_EXIT) from None
     except Exception as e:
         error = user_error(e)
-        if error is None or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        if error is None or debug_enabled():
             raise
-        print(f"{prog}: error: {error} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def run_user_command(run: Callable[[], Any], prog: str) -> Any:
+    """``run()`` within :func:`one_line_errors`."""
+    with one_line_errors(prog):
+        return run()
 
 
 def default_logger_classes() -> list[str]:

@@ -203,8 +203,8 @@ def onnx_main(argv: list[str]) -> None:
         "--output", default=None, help=f"graph to write (default: <bundle>/{ONNX_FILE})"
     )
     args = parser.parse_args(argv)
-    try:
+    from seqenc.cli_support import one_line_errors
+
+    with one_line_errors("seqenc onnx"):
         path = export_onnx(args.model, args.output)
-    except SeqencError as e:
-        parser.exit(1, f"seqenc onnx: error: {e}\n")
     print(f"onnx: {path}")

@@ -208,7 +208,7 @@ def test_every_path_rejects_a_later_file_missing_a_column(setup, tmp_path):
     encoder = load_encoder(bundle, "cpu")
     for run in (
         lambda: encoder.encode(tmp_path),
-        lambda: export.export_embeddings(bundle, tmp_path, tmp_path / "o.parquet"),
+        lambda: export.export_embeddings(bundle, tmp_path, tmp_path / "_o.parquet"),
     ):
         with pytest.raises(SeqencError, match=r"b\.parquet.*\['channel'\] not found"):
             run()

@@ -121,16 +121,11 @@ def _directory_files(directory: Path) -> list[Path]:
 def _glob_files(pattern: str) -> list[Path]:
     """Files matching ``pattern``, less those with a ``_``/``.`` component that only a wildcard
     matched (a pattern component starting with the same character asks for it)."""
-    asked = [p for p in Path(pattern).parts if p.startswith(_HIDDEN)]
+    asked = tuple(p for p in Path(pattern).parts if p.startswith(_HIDDEN))
     matches = [Path(m) for m in sorted(glob.glob(pattern, recursive=True))]
     if not matches:
         raise SeqencError(f"no file matches the pattern {pattern!r}")
-    return [
-        m
-        for m in matches
-        if m.is_file()
-        and all(not _is_hidden(p) or any(fnmatch.fnmatchcase(p, a) for a in asked) for p in m.parts)
-    ]
+    return [m for m in matches if m.is_file() and all(_visible(p, asked) for p in m.parts)]
 
 
 def _refuse_repeats(files: list[Path]) -> None:
@@ -174,3 +169,51 @@ def check_utf8(path: Path) -> None:
                 f"{str(path)!r}: the header line is not UTF-8 (byte {header[e.start]:#04x} at "
                 f"offset {e.start}); {convert}"
             ) from None
+
+
+def would_read(source: str | os.PathLike | Sequence[str | os.PathLike], path: Path) -> bool:
+    """Whether ``source`` would name ``path`` once it exists: ``path`` lies below a given directory
+    (through links too) or matches a given glob, and is not skipped as hidden."""
+    target = Path(os.path.abspath(path))
+    for text in _path_texts(source):
+        given = Path(os.path.abspath(text))
+        if any(ch in text for ch in "*?["):
+            asked = tuple(p for p in given.parts if p.startswith(_HIDDEN))
+            if _glob_matches(given.parts, target.parts, asked):
+                return True
+        elif given.is_dir():
+            for candidate in (target, target.parent.resolve() / target.name):
+                for root in (given, given.resolve()):
+                    below = candidate.parts[len(root.parts) :]
+                    if (
+                        candidate.is_relative_to(root)
+                        and below
+                        and not any(map(_is_hidden, below))
+                        and target.name.endswith(PARQUET_SUFFIXES)
+                    ):
+                        return True
+    return False
+
+
+def _glob_matches(pattern: tuple[str, ...], parts: tuple[str, ...], asked: tuple[str, ...]) -> bool:
+    """``parts`` matches the glob ``pattern`` (components; ``**`` spans any number of them), with
+    the hidden-name rule of :func:`_glob_files`."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(
+            _glob_matches(pattern[1:], parts[k:], asked)
+            for k in range(len(parts) + 1)
+            if all(_visible(p, asked) for p in parts[:k])
+        )
+    return (
+        bool(parts)
+        and fnmatch.fnmatchcase(parts[0], pattern[0])
+        and _visible(parts[0], asked)
+        and _glob_matches(pattern[1:], parts[1:], asked)
+    )
+
+
+def _visible(part: str, asked: tuple[str, ...]) -> bool:
+    """Not hidden, or a ``_``/``.`` name that a pattern component starting so asks for."""
+    return not _is_hidden(part) or any(fnmatch.fnmatchcase(part, a) for a in asked)

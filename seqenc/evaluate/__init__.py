@@ -77,10 +77,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the results here (JSON records)")
     args = parser.parse_args(argv)
-    try:
+    from seqenc.cli_support import one_line_errors
+
+    with one_line_errors("seqenc probe"):
         table = _run(args)
-    except SeqencError as e:
-        parser.exit(1, f"seqenc probe: error: {e}\n")
     print(format_table(table))
     if args.json:
         with open(args.json, "w") as f:

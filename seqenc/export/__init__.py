@@ -32,11 +32,18 @@ Atomicity: everything is written under the scratch directory ``.<output name>.se
 the output (:mod:`~seqenc.export.scratch`: locked by one run at a time; a second export to the same
 output fails at once) and renamed to ``<output>`` once complete (:mod:`seqenc.atomic`). A failed run
 leaves no ``<output>``; its scratch is removed on failure, or by the next run if it was killed.
+SIGTERM (``timeout``, ``docker stop``, Kubernetes) stops a run as Ctrl-C does: it raises
+:class:`seqenc.signals.Terminated` (``seqenc embed`` exits 143), no output, scratch removed.
+
+Inputs are never written: an output that is one of the input files (through links), holds one,
+or that the ``events`` argument would read next time (inside an input directory or matching an
+input glob) is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -46,7 +53,7 @@ from seqenc.atomic import directory_target, file_target
 from seqenc.backends import ONNX_FILE, OnnxRuntimeBackend
 from seqenc.bundle import load_bundle
 from seqenc.data.events import epoch_seconds
-from seqenc.data.paths import expand_paths
+from seqenc.data.paths import expand_paths, would_read
 from seqenc.data.sequences import log_unknown_values
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
@@ -55,6 +62,7 @@ from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
 from seqenc.inference import BACKENDS, ON_EMPTY
 from seqenc.outputs import file_metadata
+from seqenc.signals import sigterm_raises
 
 __all__ = ["export_embeddings", "output_schema", "partition_of"]
 
@@ -69,6 +77,26 @@ def _positive_int(name: str, value: object) -> int:
 
 def _only_shards(path: Path) -> bool:
     return all(p.match("part-*.parquet") for p in path.iterdir())
+
+
+def _refuse_overwriting_inputs(events: object, files: list[Path], output: Path) -> None:
+    """Refuse an output that is one of the input files (through links, hard links included) or
+    holds one, or that the ``events`` argument would read next time (inside an input directory
+    or matching an input glob): the event log must survive its export."""
+    for f in files:
+        inside = f.resolve().is_relative_to(output.resolve())
+        if inside or (output.exists() and os.path.samefile(f, output)):
+            what = "holds the input file" if output.is_dir() else "is the input file"
+            raise SeqencError(
+                f"output {str(output)!r} {what} {str(f)!r}; refusing to replace the event log: "
+                "choose another output"
+            )
+    if would_read(events, output):
+        raise SeqencError(
+            f"output {str(output)!r} lies where the input {events!r} reads events: the next read "
+            "would take the embeddings for events; choose an output outside it (or a name "
+            "starting with '_' or '.')"
+        )
 
 
 def export_embeddings(
@@ -123,6 +151,7 @@ def export_embeddings(
     if backend not in BACKENDS:
         raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
     files = expand_paths(events)
+    _refuse_overwriting_inputs(events, files, Path(output))
     encoder, meta, vocabs = load_bundle(model)
     runtime = None
     if backend == "onnxruntime":
@@ -155,7 +184,7 @@ def export_embeddings(
     )
     trainer.callbacks.append(writer)
     try:
-        with warnings.catch_warnings():  # batches carry their own indices
+        with sigterm_raises(), warnings.catch_warnings():  # batches carry their own indices
             warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
             trainer.predict(
                 EmbeddingModule(encoder, runtime), datamodule=datamodule, return_predictions=False
