@@ -1,11 +1,14 @@
 """Hostile inputs to the reader, the export and the commands (issue 28): outputs that are inputs, a
-booby-trapped scratch path, SIGTERM, Spark leftovers in a directory, the same file twice, sources
-that are not paths, CSV that is not UTF-8, and SEQENC_DEBUG."""
+booby-trapped scratch path, SIGTERM, Spark leftovers in a directory, the same file twice, a
+duplicated newest event, sources that are not paths, CSV that is not UTF-8, and SEQENC_DEBUG.
+(Helpers that are new with these fixes are imported inside their tests, so that the file also runs
+against the code before them.)"""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 import signal
 import subprocess
@@ -13,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -20,8 +24,8 @@ from tiny import SCHEMA, tiny_bundle, tiny_events
 
 import seqenc.export as export
 from seqenc.cli import main as cli_main
-from seqenc.cli_support import debug_enabled, one_line_errors
 from seqenc.data.events import read_events
+from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.export.scratch import Scratch
 from seqenc.inference import encode
@@ -198,6 +202,8 @@ def test_sigterm_stops_embed_like_ctrl_c(setup, tmp_path):
 
 
 def test_lightnings_sigterm_exit_is_not_success(capsys):
+    from seqenc.cli_support import one_line_errors
+
     with pytest.raises(SystemExit) as info, one_line_errors("seqenc fit"):
         raise SIGTERMException  # what Lightning's fit loop raises after a step (exit code 0)
     assert info.value.code == 143
@@ -330,6 +336,8 @@ def test_embed_of_a_utf16_csv_is_one_line(setup, tmp_path, capsys):
 
 @pytest.mark.parametrize("value", [None, "", "0", "false", "False", "no", "off", " NO "])
 def test_debug_off_values_keep_one_line(setup, tmp_path, capsys, monkeypatch, value):
+    from seqenc.cli_support import debug_enabled
+
     bundle, _, _ = setup
     if value is None:
         monkeypatch.delenv("SEQENC_DEBUG", raising=False)
@@ -356,3 +364,43 @@ def test_debug_false_keeps_fit_errors_one_line(tmp_path, monkeypatch, capsys):
         cli_main(["fit", "--data.path", "missing.parquet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 1 and "file not found" in err[-1] and "Traceback" not in str(err)
+
+
+# ---- 10. a duplicated newest event ---------------------------------------------------------------
+
+
+def test_duplicated_newest_matches_a_naive_count():
+    from seqenc.data.duplicates import duplicated_newest
+
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame(
+        {
+            "entity_id": rng.integers(0, 40, n).astype(str),
+            "item_id": rng.integers(0, 3, n),
+            "timestamp": rng.integers(0, 6, n).astype(float),
+            "event_type": pd.Series(rng.choice(["a", "b", None], n), dtype=object),
+        }
+    )
+    schema = EventSchema(categorical=("event_type",))
+    for as_of in (None, 2.5):
+        seen = frame if as_of is None else frame[frame.timestamp <= as_of]
+        want = sum(  # per entity: the rows at its newest time, any of them twice?
+            g[g.timestamp == g.timestamp.max()].duplicated(keep=False).any()
+            for _, g in seen.groupby("entity_id")
+        )
+        table = read_events(frame, schema)
+        assert duplicated_newest(table, schema, as_of) == want > 0
+
+
+def test_export_warns_when_newest_events_are_duplicated(setup, tmp_path, caplog):
+    bundle, events, _ = setup
+    newest = events.sort_values("timestamp").groupby("entity_id").tail(1)
+    older = events.sort_values("timestamp").groupby("entity_id").head(1)
+    pd.concat([events, newest.iloc[:3]]).to_parquet(tmp_path / "dup.parquet")
+    pd.concat([events, older.iloc[:3]]).to_parquet(tmp_path / "old.parquet")
+    with caplog.at_level(logging.WARNING, logger="seqenc.export"):
+        export.export_embeddings(bundle, tmp_path / "old.parquet", tmp_path / "o1.pq", **OPTIONS)
+        assert "newest event twice" not in caplog.text
+        export.export_embeddings(bundle, tmp_path / "dup.parquet", tmp_path / "o2.pq", **OPTIONS)
+    assert "3 entities have their newest event twice or more" in caplog.text

@@ -196,6 +196,12 @@ def export_embeddings(
         log_unknown_values(stats.n_events, stats.n_unknown_items, dict(stats.n_unknown_categorical))
         if stats.n_skipped:
             log.warning("skipped %d entities with no event at or before as_of", stats.n_skipped)
+        if stats.n_duplicated_newest:
+            log.warning(
+                "%d entities have their newest event twice or more (every column equal); kept as "
+                "given: if the log holds delivery duplicates, drop them first",
+                stats.n_duplicated_newest,
+            )
         if not stats.n_entities:
             log.warning(
                 "no entity has an event at or before as_of=%s: %s holds 0 rows "

@@ -24,6 +24,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from seqenc.backends import Backend, embed_batch
 from seqenc.bundle import BundleMeta
 from seqenc.data.batches import Batch
+from seqenc.data.duplicates import duplicated_newest
+from seqenc.data.events import epoch_seconds
 from seqenc.data.vocab import Vocabularies
 from seqenc.export.partition import (
     count_events,
@@ -55,12 +57,15 @@ class PartitionBatches(IterableDataset):
         self.as_of, self.on_empty, self.batch_size = as_of, on_empty, batch_size
         self.rank, self.world_size = rank, world_size
         self.n_skipped = self.n_unknown_items = self.n_events = self.n_entities = 0
+        self.n_duplicated_newest = 0
         self.n_unknown_categorical: Counter[str] = Counter()
 
     def __iter__(self) -> Iterator[tuple[Batch, pa.Table]]:
         max_len = self.meta.max_len
+        as_of = None if self.as_of is None else epoch_seconds(self.as_of)
         for path in self.partitions:
             events = read_partition(path, self.meta.schema)
+            self.n_duplicated_newest += duplicated_newest(events.table, self.meta.schema, as_of)
             store, n_skipped = sequences(
                 events, self.meta, self.vocabs, self.as_of, self.on_empty, max_len
             )
