@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
@@ -16,7 +17,7 @@ from seqenc.bundle import bundle_from_checkpoint
 from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.cli_support import default_logger_classes, one_line_errors, run_user_command
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.module import SeqencModule
+from seqenc.module import SeqencModule, resume_options
 from seqenc.version import __version__
 
 MONITOR = "val/ndcg@10"
@@ -55,6 +56,26 @@ class SeqencCLI(LightningCLI):
                 "early_stopping.patience": 10,
             }
         )
+
+    def parse_arguments(self, parser, args) -> None:
+        self._args = args  # kept to tell the options given from the defaults (_parse_ckpt_path)
+        super().parse_arguments(parser, args)
+
+    def _parse_ckpt_path(self) -> None:
+        """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
+        line or in a config file (:func:`~seqenc.module.resume_options`: a changed learning rate or
+        dropout applies, a changed ``d_model`` is refused). Lightning's own lets the checkpoint's
+        override every given option, silently."""
+        subcommand = self.config.get("subcommand")
+        path = subcommand and self.config[subcommand].get("ckpt_path")
+        if not path or not Path(path).is_file():
+            return
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+        saved = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[0] != "_"}
+        explicit = self.parser.parse_args(self._args, defaults=False, _skip_validation=True)
+        given = explicit[subcommand].get("model")
+        model = resume_options(given.as_dict() if given else {}, saved)
+        self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
     def after_fit(self) -> None:
         writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))

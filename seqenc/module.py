@@ -23,6 +23,69 @@ from seqenc.model.repeat import mixture_nll
 
 log = logging.getLogger(__name__)
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
+# Options that set which weights the model has and their shapes: a resumed run keeps them.
+SHAPE_OPTIONS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "ffn_mult",
+    "positional",
+    "time",
+    "query_time",
+    "time_bias",
+    "repeat_head",
+)
+
+
+def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
+    """The model options of a run resumed from a checkpoint trained with ``saved``: the ones
+    ``given`` (command line or config file) win, except that a shape option
+    (:data:`SHAPE_OPTIONS`) cannot change its weights. ``None`` (on when the data allows) is
+    checked on the built model instead (:meth:`SeqencModule.on_load_checkpoint`)."""
+    for name in SHAPE_OPTIONS:
+        new, old = given.get(name), saved.get(name)
+        if new is not None and old is not None and new != old:
+            raise SeqencError(
+                f"--model.{name} {new} cannot change when resuming: the checkpoint was trained "
+                f"with {old} (it sets the weights' shapes); drop the option, or train a new model"
+            )
+    return saved | given
+
+
+def shape_mismatch(saved: dict[str, Any], config: EncoderConfig, spec: DataSpec) -> str:
+    """Why weights of the encoder configuration ``saved`` do not fit ``config``: the data's
+    vocabulary (which column, both sizes), ``max_len`` or a model option, each with both values."""
+    schema = spec.schema
+    now = asdict(config)
+    if saved["n_items"] != now["n_items"]:
+        return (
+            f"the data's vocabulary differs from the checkpoint's: column {schema.item!r} has "
+            f"{now['n_items']} item ids here, {saved['n_items']} in the checkpoint (special ids "
+            "included)"
+        )
+    old_sizes, new_sizes = tuple(saved["categorical_sizes"]), tuple(now["categorical_sizes"])
+    if len(old_sizes) == len(new_sizes) and old_sizes != new_sizes:
+        i = next(i for i, (a, b) in enumerate(zip(old_sizes, new_sizes, strict=True)) if a != b)
+        return (
+            f"the data's vocabulary differs from the checkpoint's: column "
+            f"{schema.categorical[i]!r} has {new_sizes[i]} values here, {old_sizes[i]} in the "
+            "checkpoint"
+        )
+    if old_sizes != new_sizes or saved["n_numeric"] != now["n_numeric"]:
+        return (
+            f"the data's schema differs from the checkpoint's: {len(new_sizes)} categorical and "
+            f"{now['n_numeric']} numeric columns here, {len(old_sizes)} and {saved['n_numeric']} "
+            "in the checkpoint"
+        )
+    changed = [k for k in (*SHAPE_OPTIONS, "max_len") if saved.get(k) != now[k]]
+    return (
+        "; ".join(
+            f"{'data' if k == 'max_len' else 'model'}.{k} is {now[k]} here, {saved.get(k)} in the "
+            "checkpoint"
+            for k in changed
+        )
+        or "its weights have other names or shapes"
+    )
 
 
 class SeqencModule(pl.LightningModule):
@@ -249,6 +312,32 @@ class SeqencModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
         checkpoint["encoder_config"] = asdict(self.config)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Before the weights load (resume, test): refuse, in one line, a checkpoint whose weights
+        do not fit this model (other data vocabulary, ``max_len`` or shape option)."""
+        shapes = {k: tuple(v.shape) for k, v in self.state_dict().items()}
+        saved = {k: tuple(v.shape) for k, v in checkpoint.get("state_dict", {}).items()}
+        if "encoder_config" in checkpoint and saved != shapes:
+            why = shape_mismatch(checkpoint["encoder_config"], self.config, self.spec)
+            raise SeqencError(f"cannot load the checkpoint's weights: {why}")
+
+    def on_train_start(self) -> None:
+        """The configured ``lr`` and ``weight_decay`` in the optimizer and its schedule. A resumed
+        run restores the checkpoint's into both, so a changed learning rate would not apply (the
+        schedule's warm-up and length are the configured ones already: its function is not
+        saved). On a new run this sets the values they already have."""
+        hp = self.hparams
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            scheduler.base_lrs = [hp.lr] * len(scheduler.base_lrs)
+            rates = [hp.lr * f(scheduler.last_epoch) for f in scheduler.lr_lambdas]
+            for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
+                group["lr"], group["initial_lr"] = rate, hp.lr
+            scheduler._last_lr = rates
+        for optimizer in self.trainer.optimizers:
+            for group, decay in zip(optimizer.param_groups, (hp.weight_decay, 0.0), strict=True):
+                group["weight_decay"] = decay
 
     def on_fit_start(self) -> None:
         log.info(

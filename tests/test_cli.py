@@ -212,3 +212,71 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
     assert "repeat an item of their history" in out
     metrics = pd.read_csv(next(tmp_path.rglob("metrics.csv")))
     assert "baseline/repeat/ndcg@10" in metrics.columns
+
+
+RESUME = ("--data.max_len", "8", "--model.d_model", "8", "--trainer.max_epochs", "1")
+
+
+def trained(tmp_path, monkeypatch, capsys) -> tuple[pd.DataFrame, str]:
+    """A one-epoch run (lr 0.005, dropout 0.1, d_model 8): its events and last checkpoint."""
+    events = generate_events(60, n_items=20, seed=2, max_events=30)
+    run_dir = fit_run(
+        tmp_path, monkeypatch, capsys, events, *RESUME, "--model.lr", "0.005",
+        "--model.dropout", "0.1",
+    )  # fmt: skip
+    time.sleep(1)  # the next run gets its own folder (named by the second)
+    return events, str(run_dir / "checkpoints" / "last.ckpt")
+
+
+def test_resume_applies_the_options_that_keep_the_weights_shapes(tmp_path, monkeypatch, capsys):
+    """A resumed run trains with the learning rate, dropout and weight decay given (Lightning put
+    the checkpoint's back silently, in the model and in the optimizer's restored state); options
+    not given are the checkpoint's (d_model 8, not the default)."""
+    import torch
+
+    events, last = trained(tmp_path, monkeypatch, capsys)
+    resumed = fit_run(
+        tmp_path, monkeypatch, capsys, events, "--data.max_len", "8", "--trainer.max_epochs", "2",
+        "--ckpt_path", last, "--model.lr", "1e-4", "--model.dropout", "0.3",
+        "--model.weight_decay", "0.05",
+    )  # fmt: skip
+    checkpoint = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["epoch"] == 1
+    hp, config = checkpoint["hyper_parameters"], checkpoint["encoder_config"]
+    assert (hp["lr"], hp["weight_decay"], config["dropout"], config["d_model"]) == (
+        1e-4, 0.05, 0.3, 8,
+    )  # fmt: skip
+    groups = checkpoint["optimizer_states"][0]["param_groups"]
+    assert [g["initial_lr"] for g in groups] == [1e-4, 1e-4]
+    assert all(0 <= g["lr"] <= 1e-4 for g in groups)  # the schedule's factor times the new rate
+    assert [g["weight_decay"] for g in groups] == [0.05, 0.0]
+    assert checkpoint["lr_schedulers"][0]["base_lrs"] == [1e-4, 1e-4]
+
+
+def test_resume_refuses_a_shape_option_or_another_vocabulary_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    events, last = trained(tmp_path, monkeypatch, capsys)
+    more = events.copy()
+    more.loc[more.index[::7], "item_id"] += 1000  # items the checkpoint's vocabulary lacks
+    more.to_parquet(tmp_path / "more.parquet")
+    n_items = {
+        name: frame["item_id"].nunique() + 3 for name, frame in (("old", events), ("new", more))
+    }
+    cases = {
+        ("events.parquet", "--model.d_model", "16"): ["--model.d_model 16", "trained with 8"],
+        ("events.parquet", "--model.time_bias", "true"): ["--model.time_bias True", "with False"],
+        ("more.parquet",): [
+            "vocabulary differs from the checkpoint's",
+            f"column 'item_id' has {n_items['new']} item ids here, {n_items['old']} in the checkpoint",
+        ],
+    }
+    for (path, *option), words in cases.items():
+        with pytest.raises(SystemExit) as info:
+            main(["fit", "--data.path", path, "--data.max_len", "8", "--trainer.max_epochs", "2",
+                  "--trainer.enable_progress_bar", "false", "--ckpt_path", last, *option])  # fmt: skip
+        assert info.value.code == 1
+        err = capsys.readouterr().err
+        line = err.strip().splitlines()[-1]
+        assert "Traceback" not in err and line.startswith("seqenc fit: error: "), err
+        assert all(word in line for word in words), line

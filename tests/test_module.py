@@ -100,3 +100,38 @@ def test_time_is_off_when_the_log_has_no_timestamps():
     untimed = DataSpec(EventSchema(timestamp=None), SPEC.vocabs, max_len=8)
     module = SeqencModule(untimed, d_model=8, n_heads=2, time=True)
     assert not module.config.time and not module.config.query_time
+
+
+def test_shape_options_are_exactly_the_options_that_change_the_weights():
+    """``SHAPE_OPTIONS`` (refused when resuming) against the models themselves: each of them
+    changes the weights' names or shapes in some configuration (``n_heads``: with the time bias);
+    no other option of the signature does, in either configuration."""
+    import inspect
+
+    from seqenc.module import SHAPE_OPTIONS
+
+    def shapes(**options) -> dict:
+        return {k: v.shape for k, v in SeqencModule(SPEC, **options).state_dict().items()}
+
+    values = {
+        "objective": ("causal", "masked"), "d_model": (16, 32), "n_layers": (2, 3),
+        "n_heads": (2, 4), "ffn_mult": (4, 2), "dropout": (0.1, 0.5),
+        "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
+        "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
+        "pooling": ("last", "mean"), "normalize": (False, True), "loss": ("ce", "bce"),
+        "loss_options": (None, {"n_negatives": 4}), "mask_prob": (0.2, 0.5),
+        "replace_rule": (True, False), "mask_last_prob": (0.0, 0.5),
+        "next_item_weight": (1.0, 0.5), "contrastive_weight": (0.0, 1.0),
+        "contrastive_temperature": (0.1, 0.5), "contrastive_min_share": (0.5, 0.3),
+        "lr": (1e-3, 0.1), "weight_decay": (0.01, 0.5), "warmup_steps": (100, 7),
+        "filter_seen": (None, True), "ks": ((10, 20), (5,)),
+    }  # fmt: skip
+    options = [p for p in inspect.signature(SeqencModule).parameters if p != "spec"]
+    assert sorted(options) == sorted(values)  # a new option must be classified here
+    changes = set()
+    for base in ({}, {"time_bias": True}):
+        for name in options:
+            a, b = ({**base, name: value} for value in values[name])
+            if shapes(**a) != shapes(**b):
+                changes.add(name)
+    assert changes == set(SHAPE_OPTIONS)
