@@ -17,9 +17,11 @@ of the final hidden states (mean pooling) and the embedding. :meth:`Encoder.upda
 - an entity without new events keeps its embedding, unless the model reads the query time and
   ``as_of`` moved it: then only its newest position is recomputed (``n_requeried``).
 
-New events must not be older than the entity's newest event in the state (one at the same time
-goes after it), and ``as_of`` not earlier than any event in it. Runs in float32 on the encoder's
-device (no autocast).
+New events must not be older than the entity's newest event in the state, and ``as_of`` not
+earlier than any event in it. New events at the same time as the state's newest events of their
+entity are ordered among them by ``encode``'s tie rule (``schema.tie_order``, read from the raw
+values the state keeps for its newest events): an entity whose order changes there is re-encoded
+from scratch (``n_reordered``). Runs in float32 on the encoder's device (no autocast).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 
 from seqenc.data.batches import Batch
 from seqenc.data.columns import epoch_seconds
-from seqenc.data.events import Source
+from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
@@ -82,12 +84,17 @@ def update_state(
     model, meta = encoder.model, encoder.meta
     check_incremental(model)
     check_state(state, meta)
+    ref = None if as_of is None else epoch_seconds(as_of)
     if events is None:
         new, n_skipped = _no_events(state, meta.schema), 0
+        new_keys = state.tail.schema.empty_table()
     else:
-        new, n_skipped = sequences(events, meta, encoder.vocabs, as_of, on_empty, None)
+        table = read_events(events, meta.schema)
+        new, n_skipped = sequences(
+            Events(table, meta.schema), meta, encoder.vocabs, as_of, on_empty
+        )
         encoder._report(new, n_skipped)
-    ref = None if as_of is None else epoch_seconds(as_of)
+        new_keys = _tie_keys(table, meta.schema, ref, state.tail.schema)
     ids, old_row, new_row = _join(state, new.entity_ids)
     had, got = old_row >= 0, new_row >= 0
     old_len, new_len = _of(state.lengths, old_row, 0), _of(new.lengths, new_row, 0)
@@ -102,9 +109,22 @@ def update_state(
     offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
     owner = np.repeat(np.arange(len(ids)), width)
     at = np.arange(offsets[-1]) - offsets[owner] + drop[owner]  # index in old ++ new
-    from_old = at < old_len[owner]
-    old_src = np.where(from_old, _of(state.offsets[:-1], old_row, 0)[owner] + at, 0)
-    new_src = np.where(from_old, 0, _of(new.offsets[:-1], new_row, 0)[owner] + at - old_len[owner])
+    ties = had & got & (_of(first_new, new_row, np.inf) == old_last) & state.has_time
+    old_keys, tie_owner, slot, moved_from = _tie_order(state, new, new_keys, old_row, new_row, ties)
+    base = np.cumsum(total) - total  # where each entity's old ++ new starts, flattened
+    flat = np.arange(int(total.sum()))
+    flat[base[tie_owner] + slot] = base[tie_owner] + moved_from
+    reordered = np.bincount(tie_owner, weights=slot != moved_from, minlength=len(ids)) > 0
+    old_start, new_start = _of(state.offsets[:-1], old_row, 0), _of(new.offsets[:-1], new_row, 0)
+
+    def source(index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(from_old, old_src, new_src)``: where index ``index`` of old ++ new is stored."""
+        from_old = index < old_len[owner]
+        old_src = np.where(from_old, old_start[owner] + index, 0)
+        return from_old, old_src, np.where(from_old, 0, new_start[owner] + index - old_len[owner])
+
+    # The events' fields follow the tie order; dt_prev is positional (0 inside a same-time block).
+    from_old, old_src, new_src = source(flat[base[owner] + at] - base[owner])
     dt_prev = new.dt_prev.copy()
     joins = had & got  # the first new event's gap runs from the state's newest event
     dt_prev[new.offsets[new_row[joins]]] = (first_new[new_row[joins]] - old_last[joins]).astype(
@@ -120,8 +140,16 @@ def update_state(
     window = {
         name: _pick(from_old, getattr(state, name), old_src, fresh[name], new_src)
         for name in EVENT_FIELDS
+        if name != "dt_prev"
     }
+    at_old, at_old_src, at_new_src = source(at)
+    window["dt_prev"] = _pick(at_old, state.dt_prev, at_old_src, dt_prev, at_new_src)
     newest = window["timestamps"][offsets[1:] - 1] if len(ids) else np.zeros(0)
+    at_newest = (window["timestamps"] == np.repeat(newest, width)) & state.has_time
+    tail_rows = len(state.tail) + new_src
+    tail_rows[from_old] = old_keys[old_src[from_old]]
+    old_tail = state.tail if state.tail.num_columns else new_keys.schema.empty_table()
+    tail = pa.concat_tables([old_tail, new_keys]).take(tail_rows[at_newest])
     query_gap = (np.zeros(len(ids)) if ref is None else ref - newest).astype(np.float32)
 
     # Which entities run, and how many cached positions each keeps.
@@ -130,7 +158,7 @@ def update_state(
     old_gap = _of(state.query_gap, old_row, 0.0)
     requery = had & (new_len == 0) & reads_query & (old_gap != query_gap)
     run = (new_len > 0) | requery
-    keep = np.where(had & (drop == 0), old_len - 1, 0) * run + width * ~run
+    keep = np.where(had & (drop == 0) & ~reordered, old_len - 1, 0) * run + width * ~run
     prefix_sum = np.zeros((len(ids), config.d_model), dtype=np.float32)
     cached = had & (keep > 0)  # the running sum carries over only with the cache
     prefix_sum[cached] = state.prefix_sum[old_row[cached]]
@@ -147,8 +175,9 @@ def update_state(
         )
     stats = {
         "n_new": int((~had).sum()),
-        "n_extended": int((had & run & (drop == 0) & (new_len > 0)).sum()),
+        "n_extended": int((had & run & (drop == 0) & (new_len > 0) & ~reordered).sum()),
         "n_reencoded": int((had & (drop > 0)).sum()),
+        "n_reordered": int((reordered & (drop == 0)).sum()),
         "n_requeried": int(requery.sum()),
         "n_unchanged": int((had & ~run).sum()),
         "n_positions": int(chunk.sum()),
@@ -161,6 +190,7 @@ def update_state(
         offsets=offsets,
         **window,
         **cache,
+        tail=tail,
         query_gap=query_gap,
         prefix_sum=prefix_sum,
         embeddings=embeddings,
@@ -169,6 +199,87 @@ def update_state(
         has_time=state.has_time,
         stats=stats,
     )
+
+
+def _tie_keys(table: pa.Table, schema: EventSchema, ref: float | None, like: pa.Schema) -> pa.Table:
+    """The tie-order columns (``schema.tie_order``) of the events up to ``ref``, in the order of
+    their store (entity, time, tie order): the raw values ``encode`` breaks equal times by, typed
+    as the state's (``like``, unless it has none yet). Empty without timestamps."""
+    if schema.timestamp is None:
+        return table.select(schema.tie_order).slice(0, 0)
+    if ref is not None:
+        table = table.filter(pc.less_equal(table[schema.timestamp], ref))
+    order = [schema.entity, schema.timestamp, *schema.tie_order]
+    keys = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in order]))
+    keys = keys.select(schema.tie_order)
+    if not like.names:
+        return keys
+    try:
+        return keys.cast(like)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise SeqencError(
+            f"the new events' tie-order columns {keys.schema.types} cannot take the state's types "
+            f"{like.types}: {e}"
+        ) from e
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concat(arange(s, s + c) for s, c in zip(starts, counts))``."""
+    ends = np.cumsum(counts)
+    return np.repeat(starts - ends + counts, counts) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+def _tie_order(
+    state: EncoderState,
+    new: SequenceStore,
+    new_keys: pa.Table,
+    old_row: np.ndarray,
+    new_row: np.ndarray,
+    ties: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(old_keys, owner, slot, moved_from)``. ``old_keys``: each state position's row in
+    ``state.tail`` (-1 where not among its entity's newest events). For the entities ``ties``
+    (new events at the time of their newest in the state), the same-time block of old ++ new in
+    the tie order: the event at index ``moved_from`` of old ++ new goes to index ``slot``."""
+    at_newest = state.timestamps == np.repeat(state.newest_times(), state.lengths)
+    at_newest &= state.has_time
+    old_keys = np.full(len(state.timestamps), -1)
+    old_keys[at_newest] = np.arange(int(at_newest.sum()))
+    owners = np.repeat(np.arange(len(state)), state.lengths)
+    n_tail = np.bincount(owners[at_newest], minlength=len(state))
+    tail_start = np.cumsum(n_tail) - n_tail
+    # new events of each new entity at the time of its newest in the state (first in its range)
+    last = np.full(len(new), np.nan)
+    last[new_row[ties]] = state.newest_times()[old_row[ties]]
+    new_owner = np.repeat(np.arange(len(new)), new.lengths)
+    n_at = np.bincount(new_owner[new.timestamps == last[new_owner]], minlength=len(new))
+
+    owner = np.flatnonzero(ties)
+    if not len(owner):
+        return old_keys, owner, owner, owner
+    old_n, new_n = n_tail[old_row[owner]], n_at[new_row[owner]]
+    old_len = state.lengths[old_row[owner]]
+    rows = pa.concat_tables(
+        [
+            state.tail.take(_ranges(tail_start[old_row[owner]], old_n)),
+            new_keys.take(_ranges(new.offsets[new_row[owner]], new_n)),
+        ]
+    )
+    entity = np.concatenate([np.repeat(owner, old_n), np.repeat(owner, new_n)])
+    index = np.concatenate(
+        [_ranges(old_len - old_n, old_n), _ranges(old_len, new_n)]
+    )  # in old ++ new
+    keyed = rows.append_column("__entity", pa.array(entity)).append_column(
+        "__index", pa.array(index)
+    )
+    sort = [
+        ("__entity", "ascending"),
+        *[(c, "ascending") for c in rows.column_names],
+        ("__index", "ascending"),
+    ]
+    moved_from = index[pc.sort_indices(keyed, sort_keys=sort).to_numpy()]
+    slots = np.lexsort((index, entity))
+    return old_keys, entity[slots], index[slots], moved_from
 
 
 def _no_events(state: EncoderState, schema: EventSchema) -> SequenceStore:

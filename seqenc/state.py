@@ -40,6 +40,9 @@ class EncoderState:
         items, timestamps, dt_prev: ``[P]`` the window's events (int64, float64 s, float32 s).
         categorical, numeric: ``[P, C]`` int64 and ``[P, N]`` float32 event features.
         keys, values: ``[n_layers, P, d]`` float32 per-layer keys (rotated) and values.
+        tail: the raw ``schema.tie_order`` values of each entity's events at its newest time
+            (window order, entity after entity): a new event at that time is ordered among them
+            as ``encode`` would. No column before the first events, no row without timestamps.
         query_gap: ``[n]`` float32 gap from the newest event to the query time it was encoded for.
         prefix_sum: ``[n, d]`` float32 sum of the final hidden states of all positions but the newest.
         embeddings: ``[n, d]`` float32 current embeddings.
@@ -59,6 +62,7 @@ class EncoderState:
     numeric: np.ndarray
     keys: np.ndarray
     values: np.ndarray
+    tail: pa.Table
     query_gap: np.ndarray
     prefix_sum: np.ndarray
     embeddings: np.ndarray
@@ -98,6 +102,7 @@ def empty_state(meta: BundleMeta) -> EncoderState:
         numeric=np.zeros((0, config.n_numeric), dtype=np.float32),
         keys=np.zeros(width, dtype=np.float32),
         values=np.zeros(width, dtype=np.float32),
+        tail=pa.table({}),
         query_gap=np.zeros(0, dtype=np.float32),
         prefix_sum=np.zeros((0, config.d_model), dtype=np.float32),
         embeddings=np.zeros((0, config.d_model), dtype=np.float32),
@@ -117,7 +122,7 @@ def check_state(state: EncoderState, meta: BundleMeta) -> None:
             )
 
 
-FORMAT = "seqenc.state/1"
+FORMAT = "seqenc.state/2"  # /1 had no tail keys
 ARRAYS = ("offsets", *POSITION_FIELDS, *ENTITY_FIELDS)
 
 
@@ -155,6 +160,10 @@ def save_state(state: EncoderState, path: str | Path) -> Path:
     """Write ``state`` to ``path`` (a ``.safetensors`` file); returns the path."""
     arrays = {name: np.ascontiguousarray(getattr(state, name)) for name in ARRAYS}
     arrays |= _id_arrays(state.entity_ids)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, state.tail.schema) as writer:
+        writer.write_table(state.tail)
+    arrays["tail"] = np.frombuffer(sink.getvalue(), dtype=np.uint8)
     header = {
         "format": FORMAT,
         "config_hash": state.config_hash,
@@ -180,16 +189,22 @@ def load_state(path: str | Path, meta: BundleMeta) -> EncoderState:
             arrays = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
     except (SafetensorError, OSError, ValueError) as e:
         raise SeqencError(f"{where!r} is not a seqenc state file: {e}") from e
+    if header.get("format") == "seqenc.state/1":
+        raise SeqencError(
+            f"{where!r} was written by an earlier seqenc (format seqenc.state/1, without the tie "
+            "keys of the newest events); build it again with Encoder.state"
+        )
     if header.get("format") != FORMAT:
         raise SeqencError(f"{where!r} is not a seqenc state file (format {header.get('format')!r})")
     if header.get("sha256") != _checksum(arrays):
         raise SeqencError(f"{where!r} is corrupt: its arrays do not match the stored SHA-256")
-    missing = [name for name in ARRAYS if name not in arrays]
+    missing = [name for name in (*ARRAYS, "tail") if name not in arrays]
     if missing:
         raise SeqencError(f"{where!r}: missing array(s) {missing}")
     state = EncoderState(
         entity_ids=_ids(arrays, header["entity_type"]),
         **{name: arrays[name] for name in ARRAYS},
+        tail=_tail(arrays["tail"], where),
         config_hash=header.get("config_hash", ""),
         weights_sha256=header.get("weights_sha256", ""),
         has_time=header.get("has_time") == "True",
@@ -200,6 +215,14 @@ def load_state(path: str | Path, meta: BundleMeta) -> EncoderState:
         raise SeqencError(f"{where!r}: {e}") from e
     _check_shapes(state, meta, where)
     return state
+
+
+def _tail(data: np.ndarray, where: str) -> pa.Table:
+    """The tail keys from their Arrow IPC stream (plain columns: reading runs no code)."""
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(data.tobytes())).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise SeqencError(f"{where!r}: unreadable tail keys: {e}") from e
 
 
 def _check_shapes(state: EncoderState, meta: BundleMeta, where: str) -> None:
@@ -227,3 +250,8 @@ def _check_shapes(state: EncoderState, meta: BundleMeta, where: str) -> None:
     lengths = np.diff(offsets)
     if offsets[0] != 0 or (lengths < 1).any() or (lengths > meta.max_len).any():
         raise SeqencError(f"{where!r}: entity offsets are not increasing within max_len")
+    newest = state.timestamps == np.repeat(state.newest_times(), lengths)
+    if state.has_time and len(state.tail) != int(newest.sum()):
+        raise SeqencError(
+            f"{where!r}: {len(state.tail)} tail keys for {int(newest.sum())} newest events"
+        )

@@ -207,3 +207,26 @@ def test_time_bias_gaps_hold_at_a_distant_as_of(tmp_path, events, ahead):
     as_of = events["timestamp"].max() + pd.Timedelta(ahead)
     got, _ = enc.update(enc.state(old, as_of=as_of), new, as_of=as_of, output="numpy")
     assert_matches(got, enc.encode(events, as_of=as_of, output="numpy"))
+
+
+def test_same_time_events_follow_the_tie_rule_of_encode(tmp_path, events):
+    """New events at the time of an entity's newest event in the state go among the state's events
+    of that time as ``encode`` orders them (item, then categorical and numeric values): update
+    equals encode within 1e-5 whether they sort before, between or after them, the tie values
+    kept through a saved and loaded state and a second update."""
+    enc = encoder(tmp_path / "b", events)
+    old, _ = split(events, 0.7)
+    newest = old.sort_values("timestamp").groupby("entity_id").tail(1)
+    items = sorted(events["item_id"].unique())
+    old = pd.concat([old, newest.iloc[::2].assign(item_id=items[len(items) // 2])])  # two at once
+    later = newest.iloc[1::4].assign(timestamp=newest["timestamp"].iloc[1::4] + pd.Timedelta("1s"))
+    new = pd.concat([newest.assign(item_id=items[0]), newest.iloc[::3].assign(item_id=items[-1])])
+    new = pd.concat([new, later])
+    state = enc.load_state(enc.state(old).save(tmp_path / "state.safetensors"))
+    got, state = enc.update(state, new, output="numpy")
+    assert_matches(got, enc.encode(pd.concat([old, new]), output="numpy"))
+    assert state.stats["n_reordered"] > len(newest) / 2
+    between = newest.iloc[2::2].assign(item_id=items[len(items) // 3])
+    loaded = enc.load_state(state.save(tmp_path / "again.safetensors"))
+    got, _ = enc.update(loaded, between, output="numpy")
+    assert_matches(got, enc.encode(pd.concat([old, new, between]), output="numpy"))
