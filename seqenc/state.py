@@ -49,7 +49,7 @@ class EncoderState:
         config_hash, weights_sha256: the bundle the caches belong to.
         has_time: whether the log has timestamps.
         stats: what the call that made this state did (``n_new``, ``n_extended``,
-            ``n_reencoded``, ``n_requeried``, ``n_unchanged`` entities; ``n_positions`` run through
+            ``n_reencoded``, ``n_reordered``, ``n_requeried``, ``n_unchanged`` entities; ``n_positions`` run through
             the model; the unknown-value counts of ``encode``).
     """
 
