@@ -424,3 +424,32 @@ def test_other_pandas_dtypes():
     assert got == [paris.timestamp(), york.timestamp(), paris.tz_localize(None).timestamp()]
     with pytest.raises(SeqencError, match="'entity_id'.*null entity id.*row 1"):
         read_events(frame(entity_id=pd.array([1, None, 2], dtype="Int64")))
+
+
+def test_csv_tie_breakers_are_numbers_and_files_may_store_them_differently(tmp_path):
+    """A CSV sequence number was ordered as text ("10" before "9"); files storing a tie-breaker as
+    integers and floats failed with a raw Arrow schema error."""
+    from seqenc.data.sequences import build_sequences
+
+    schema = EventSchema(tie_breakers=("seq",))
+    (tmp_path / "log.csv").write_text(
+        f"entity_id,item_id,timestamp,seq\n1,100,{T0},10\n1,900,{T0},9\n1,200,{T0},11\n"
+    )
+    table = read_events(tmp_path / "log.csv", schema)
+    assert table["seq"].to_pylist() == [10, 9, 11] and table["seq"].type == pa.int64()
+    store, vocabs = build_sequences(tmp_path / "log.csv", schema, max_len=None)
+    assert vocabs.item.decode(store.items).tolist() == [900, 100, 200]  # seq 9, 10, 11
+
+    base = frame(seq=[1, 2, 3])
+    base.to_parquet(tmp_path / "int.parquet")
+    base.assign(seq=[0.5, 2.5, 3.5]).to_parquet(tmp_path / "float.parquet")
+    both = read_events([tmp_path / "int.parquet", tmp_path / "float.parquet"], schema)
+    assert both["seq"].to_pylist() == [1, 2, 3, 0.5, 2.5, 3.5]
+    mixed = [tmp_path / "int.parquet", tmp_path / "log.csv"]
+    assert read_events(mixed, schema)["seq"].to_pylist() == [1, 2, 3, 10, 9, 11]
+    base.assign(seq=["a", "b", "c"]).to_parquet(tmp_path / "text.parquet")
+    with pytest.raises(SeqencError, match="'seq' holds numbers in some file.*and text"):
+        read_events([tmp_path / "int.parquet", tmp_path / "text.parquet"], schema)
+    base.assign(seq=pd.to_datetime([T0] * 3, unit="s")).to_parquet(tmp_path / "time.parquet")
+    with pytest.raises(SeqencError, match="'seq' holds times in some files"):
+        read_events([tmp_path / "int.parquet", tmp_path / "time.parquet"], schema)

@@ -209,29 +209,42 @@ class EventScan:
 
     Every file's columns are checked before the first row is read. Blocks come in *storage* types:
     an id column the schema types explicitly (``id_types``) has its final type in every block; an
-    ``"auto"`` one is ``int64`` when every file stores it as integers, else text. Once all blocks
-    have been seen, :meth:`finish` gives a table the whole-input types (CSV text that is all
-    integers written canonically becomes ``int64``), exactly as :func:`read_events` returns them.
-    Text and final types map one to one, so the storage value identifies an id (the export hashes
-    it to route rows).
+    ``"auto"`` one is ``int64`` when every file stores it as integers, else text; a tie-breaker
+    has its type when every file stores it alike (Parquet), else text. Once all blocks have been
+    seen, :meth:`finish` gives a table the whole-input types (CSV text that is all integers written
+    canonically becomes ``int64``; tie-breakers that are all numbers, ``int64`` or ``float64``),
+    exactly as :func:`read_events` returns them. Text and final types map one to one, so the
+    storage value identifies an id (the export hashes it to route rows).
     """
 
     def __init__(self, files: list[Path], schema: EventSchema, batch_rows: int = SCAN_ROWS) -> None:
         self.files, self.schema, self.batch_rows = files, schema, batch_rows
         ids = [c for c in schema.id_columns if schema.id_type(c) == "auto"]
-        self.text_ids: set[str] = set()
+        typed = {schema.timestamp, *schema.numeric, *schema.id_columns}
+        self.ties = [c for c in schema.tie_breakers if c not in typed]
+        kinds: dict[str, set[str]] = {c: set() for c in ids + self.ties}
         for path in files:
             names, arrow = _file_columns(path)
             try:
                 _check_columns(names, schema, f"the file {path.name!r}")
             except SeqencError as e:
                 raise SeqencError(f"{str(path)!r}: {e}") from None
-            self.text_ids |= {
-                c
-                for c in ids
-                if arrow is None or not pa.types.is_integer(_value_type(arrow.field(c).type))
-            }
-        self.all_int = dict.fromkeys(self.text_ids, True)  # every value so far integer-like?
+            for c, found in kinds.items():
+                found.add("csv" if arrow is None else _kind(arrow.field(c).type))
+        for c in self.ties:
+            if "time" in kinds[c] and len(kinds[c]) > 1:
+                raise SeqencError(
+                    f"tie-breaker column {c!r} holds times in some files and other values in "
+                    f"others ({sorted(kinds[c])}); write it with one type"
+                )
+        # Columns stored as text until every block has been seen, with their narrowest final type
+        # so far (int64, then float64, then text).
+        self.final = {
+            c: "int64"
+            for c, found in kinds.items()
+            if found != {"int"} and (c in ids or len(found) > 1 or "csv" in found)
+        }
+        self.typed_numbers: set[str] = set()  # tie-breakers with numbers in a typed (Parquet) file
 
     def __iter__(self) -> Iterator[pa.Table]:
         for path in self.files:
@@ -259,32 +272,74 @@ class EventScan:
             yield from pq.ParquetFile(path).iter_batches(self.batch_rows, columns=columns)
 
     def _store(self, table: pa.Table, path: Path) -> pa.Table:
-        """Cast id columns to their storage type, noting whether their values are all integers."""
-        for name in self.text_ids:
+        """Cast deferred columns to text, narrowing their final type by this block's values."""
+        for name, final in self.final.items():
             col = table[name]
-            if is_text(col.type):  # CSV text counts as integer when written as one
-                integer = _is_csv(path) and _canonical_ints(col)
-                self.all_int[name] = self.all_int[name] and integer
+            tie = name in self.ties
+            if not is_text(col.type):
+                found = "float64" if pa.types.is_floating(col.type) else "int64"
+                if tie:
+                    self.typed_numbers.add(name)
+            elif not _is_csv(path):
+                found = "string"
+            else:
+                found = (
+                    _text_numbers(col) if tie else ("int64" if _canonical_ints(col) else "string")
+                )
+            self.final[name] = max(final, found, key=_FINAL_ORDER.index)
             i = table.column_names.index(name)
             table = table.set_column(i, name, col.cast(pa.large_string()))
         return table
 
     @property
     def final_types(self) -> dict[str, str]:
-        """Stored-as-text columns whose values were all integers: they are ``int64`` in the end."""
-        return {name: "int64" for name, integer in self.all_int.items() if integer}
+        """Stored-as-text columns that end as numbers: ``{column: "int64" or "float64"}``."""
+        for name in self.typed_numbers:
+            if self.final[name] == "string":
+                raise SeqencError(
+                    f"tie-breaker column {name!r} holds numbers in some file(s) and text in "
+                    "others: they cannot be ordered together (write it with one type)"
+                )
+        return {name: final for name, final in self.final.items() if final != "string"}
 
     def finish(self, table: pa.Table) -> pa.Table:
         """Blocks of this scan (or a table of them) in the whole-input types."""
         return with_final_types(table, self.final_types)
 
 
+_FINAL_ORDER = ("int64", "float64", "string")
+
+
 def with_final_types(table: pa.Table, final_types: dict[str, str]) -> pa.Table:
-    """Cast the columns named in :attr:`EventScan.final_types` (stored as text) to ``int64``."""
-    for name in final_types:
+    """Cast the columns named in :attr:`EventScan.final_types` (stored as text) to their type."""
+    for name, final in final_types.items():
         i = table.column_names.index(name)
-        table = table.set_column(i, name, table[name].cast(pa.int64()))
+        table = table.set_column(i, name, table[name].cast(getattr(pa, final)()))
     return table
+
+
+def _kind(t: pa.DataType) -> str:
+    """The kind of values a Parquet column stores: ``int``, ``float``, ``text``, ``time``."""
+    t = _value_type(t)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return "int"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "float"
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return "time"
+    return "text" if is_text(t) else str(t)
+
+
+def _text_numbers(col: pa.ChunkedArray) -> str:
+    """``"int64"`` or ``"float64"`` when every value of CSV text is such a number, else
+    ``"string"``: a sequence number ordered as text would put "10" before "9"."""
+    for final in ("int64", "float64"):
+        try:
+            col.cast(getattr(pa, final)())
+            return final
+        except pa.ArrowInvalid:
+            pass
+    return "string"
 
 
 def _value_type(t: pa.DataType) -> pa.DataType:
