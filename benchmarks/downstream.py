@@ -1,57 +1,123 @@
-"""Downstream evaluation: aggregates alone vs embeddings alone vs both, on Berka and the sample.
+"""Downstream evaluation: aggregates alone vs embeddings alone vs both, on Ta-Feng, Berka and the sample.
 
-One command::
+One command per data set::
 
-    OMP_NUM_THREADS=1 python benchmarks/downstream.py --seeds 0 1 2
+    OMP_NUM_THREADS=1 python benchmarks/downstream.py --data tafeng --seeds 0 1 2 3 4
+    OMP_NUM_THREADS=1 python benchmarks/downstream.py --data berka --seeds 0 1 2 3 4
 
-1. Prepares Berka (``datasets/prep_berka.py`` from ``../shared/data/berka``) into ``--work``.
-2. For each seed trains ``configs/berka.yaml`` (``seqenc fit``; extra overrides after ``--``) and
-   ``configs/account_events.yaml`` on the bundled sample.
-3. Embeds every labelled account at its label's cut-off (:func:`seqenc.evaluate.embed_at`),
-   computes the aggregate features at the same cut-offs, and probes each task with 5-fold CV (the
-   same folds for every feature set, so differences are paired).
-4. Writes a Markdown table (``--output``, default ``benchmarks/results/downstream[-TAG].md``) and the
-   raw per-fold scores as JSON beside it. ``--merge A.json B.json --tag T`` makes one table from
-   several runs of the same configuration (e.g. seeds 3 and 4 added later), without training.
+1. Prepares the data set (``datasets/prep_tafeng.py`` / ``prep_berka.py`` from ``../shared/data``)
+   into ``--work``.
+2. For each seed trains the data config with ``configs/account_embeddings.yaml`` layered on it
+   (``seqenc fit``; more overrides after ``--``) and, unless ``--no-sample``,
+   ``configs/account_events.yaml`` + ``account_embeddings.yaml`` on the bundled sample. The run's
+   next-event test metrics are kept beside the popularity and repeat-recent baselines.
+3. Embeds every labelled entity at its label's cut-off (:func:`seqenc.evaluate.embed_at`),
+   computes the hand-made aggregate features at the same cut-offs, and probes each task with the
+   linear and the tree probe, 5-fold CV (the same folds for every feature set, so differences are
+   paired). The aggregates' scores do not depend on the seed: they are computed once and kept in
+   ``--work`` (``aggregate_scores.json``), so runs of other seeds in parallel processes share them.
+4. Writes a Markdown table (``--output``, default ``benchmarks/results/downstream-DATA[-TAG].md``)
+   and the raw per-fold scores as JSON beside it. ``--merge A.json B.json --tag T`` makes one table
+   from several runs (e.g. seeds run in parallel processes), without training.
 
-Berka tasks (see ``datasets/cards/berka.md``): gender, age_group, region, statement,
-loan_default, loan_next_12m (ROC-AUC), age (R²). Sample task: account_type (ROC-AUC), every account at its last event.
+Tasks and their leakage rules: ``datasets/cards/ta-feng.md``, ``datasets/cards/berka.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from seqenc import EventSchema, load_encoder
+from seqenc.atomic import atomic_file
 from seqenc.evaluate import aggregate_features, embed_at, probe
 
 ROOT = Path(__file__).resolve().parents[1]
-BERKA_TASKS = {
-    "gender": "roc_auc",
-    "age_group": "roc_auc",
-    "region": "roc_auc",
-    "statement": "roc_auc",
-    "loan_default": "roc_auc",
-    "loan_next_12m": "roc_auc",
-    "age": "r2",
+FEATURES_CONFIG = "configs/account_embeddings.yaml"
+NEXT_EVENT_ROWS = ("model", "baseline/popularity", "baseline/repeat")
+NEXT_EVENT_COLUMNS = ("hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
+
+
+@dataclass
+class Dataset:
+    """What the benchmark needs to know of one labelled event log."""
+
+    config: str
+    prep: str  # datasets/ script writing events, training events and labels into a folder
+    events: str  # file names in that folder
+    train: str
+    labels: str
+    schema: EventSchema
+    on: list[str]
+    tasks: dict[str, str]  # task -> metric
+    tree_tasks: list[str]  # the tasks the tree probe runs on (all but controls)
+    max_categories: dict[str, int] = field(default_factory=dict)
+
+
+DATASETS = {
+    "tafeng": Dataset(
+        config="configs/tafeng.yaml",
+        prep="datasets/prep_tafeng.py",
+        events="tafeng_events.parquet",
+        train="tafeng_train.parquet",
+        labels="tafeng_labels.parquet",
+        schema=EventSchema(
+            entity="customer_id",
+            item="product_id",
+            timestamp="timestamp",
+            categorical=["subclass"],
+            numeric=["amount", "price"],
+        ),
+        on=["customer_id", "as_of"],
+        tasks={
+            "age_group": "roc_auc",
+            "age_under_35": "roc_auc",
+            "area": "roc_auc",
+            "buys_february": "roc_auc",
+            "february_spend": "r2",
+        },
+        tree_tasks=["age_group", "age_under_35", "buys_february", "february_spend"],
+        # The most frequent 100 subclasses (of 2,012) and 50 products (of 23,812): counts, shares
+        # and spend shares of each, plus an "<other>" column.
+        max_categories={"subclass": 100, "product_id": 50},
+    ),
+    "berka": Dataset(
+        config="configs/berka.yaml",
+        prep="datasets/prep_berka.py",
+        events="berka_events.parquet",
+        train="berka_events.parquet",
+        labels="berka_labels.parquet",
+        schema=EventSchema(
+            entity="account_id",
+            item="item",
+            timestamp="timestamp",
+            categorical=["type", "operation", "k_symbol", "bank"],
+            numeric=["amount", "balance"],
+        ),
+        on=["account_id", "as_of"],
+        tasks={
+            "gender": "roc_auc",
+            "age_group": "roc_auc",
+            "region": "roc_auc",
+            "statement": "roc_auc",
+            "loan_default": "roc_auc",
+            "loan_next_12m": "roc_auc",
+            "age": "r2",
+        },
+        tree_tasks=["gender", "age_group", "statement", "loan_default", "loan_next_12m", "age"],
+    ),
 }
-BERKA_SCHEMA = EventSchema(
-    entity="account_id",
-    item="item",
-    timestamp="timestamp",
-    categorical=["type", "operation", "k_symbol", "bank"],
-    numeric=["amount", "balance"],
-)
 SAMPLE = ROOT / "datasets/sample/events.parquet"
 SAMPLE_TASKS = {"account_type": "roc_auc"}
 SAMPLE_SCHEMA = EventSchema(categorical=["event_type", "channel"], numeric=["amount"])
@@ -59,10 +125,10 @@ SAMPLE_SCHEMA = EventSchema(categorical=["event_type", "channel"], numeric=["amo
 
 def fit(
     config: str, seed: int, data: Path, work: Path, extra: list[str], checkpoint: str = "best"
-) -> tuple[Path, float]:
+) -> tuple[Path, float, dict]:
     """Train one model with ``seqenc fit`` in ``work`` (its runs/ go there, so two benchmarks at
     once never share a run folder); returns the bundle of its best-validation (as ``seqenc fit``
-    writes it) or last-epoch checkpoint, and the wall time."""
+    writes it) or last-epoch checkpoint, the wall time and the printed next-event test table."""
     # `-- --config configs/X.yaml` names a file of the repository, as the main config does; the
     # run's folder is `work`, so a relative path is resolved against the repository root here.
     extra = [
@@ -72,6 +138,7 @@ def fit(
     cmd = [
         sys.executable, "-m", "seqenc.cli", "fit",
         "--config", str(ROOT / config),
+        "--config", str(ROOT / FEATURES_CONFIG),
         "--seed_everything", str(seed),
         "--data.path", str(Path(data).resolve()),
         "--trainer.enable_progress_bar", "false",
@@ -81,70 +148,113 @@ def fit(
     done = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"seqenc fit failed ({' '.join(cmd)}):\n{done.stderr[-3000:]}")
-    line = next(x for x in reversed(done.stdout.splitlines()) if x.startswith("bundle: "))
+    lines = done.stdout.splitlines()
+    line = next(x for x in reversed(lines) if x.startswith("bundle: "))
     bundle = work / line.removeprefix("bundle: ")
     if checkpoint == "last":
         last = bundle.parent / "checkpoints/last.ckpt"
         cmd = [sys.executable, "-m", "seqenc.cli", "bundle", "--ckpt", str(last)]
         subprocess.run([*cmd, "--output", str(bundle) + "-last"], check=True, capture_output=True)
         bundle = Path(str(bundle) + "-last")
-    return bundle, time.perf_counter() - start
+    return bundle, time.perf_counter() - start, next_event_table(lines)
 
 
-def prepare_berka(data: str, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``datasets/prep_berka.py`` from ``data`` into ``work``: its events and labels tables."""
+def next_event_table(lines: list[str]) -> dict[str, dict[str, float]]:
+    """The model and baseline rows of the test table ``seqenc fit`` prints."""
+    table = {}
+    for line in lines:
+        words = line.split()
+        if len(words) == 1 + len(NEXT_EVENT_COLUMNS) and words[0] in NEXT_EVENT_ROWS:
+            table[words[0]] = dict(zip(NEXT_EVENT_COLUMNS, map(float, words[1:]), strict=True))
+    return table
+
+
+def prepare(dataset: Dataset, data: str, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The data set's prep script from ``data`` into ``work``: its events and labels tables."""
     work.mkdir(parents=True, exist_ok=True)
-    prep = [sys.executable, str(ROOT / "datasets/prep_berka.py"), "--data", data]
+    prep = [sys.executable, str(ROOT / dataset.prep), "--data", data]
     subprocess.run([*prep, "--out", str(work)], check=True, cwd=ROOT)
-    events = pd.read_parquet(work / "berka_events.parquet")
-    return events, pd.read_parquet(work / "berka_labels.parquet")
+    return pd.read_parquet(work / dataset.events), pd.read_parquet(work / dataset.labels)
 
 
-def scores(features: pd.DataFrame, labels: pd.DataFrame, task: str, on: list[str]) -> dict:
-    result = probe(features, labels, label_column=task, on=on, seed=0)
+class ScoreCache:
+    """Per-fold scores of the seed-independent aggregates, on disk so parallel runs share them."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.memory: dict[str, dict] = {}
+
+    def get(self, key: str, compute) -> dict:
+        if self.path is not None and self.path.exists():
+            self.memory |= json.loads(self.path.read_text())
+        if key not in self.memory:
+            self.memory[key] = compute()
+            if self.path is not None:
+                with atomic_file(self.path) as tmp:
+                    Path(tmp).write_text(json.dumps(self.memory))
+        return self.memory[key]
+
+
+def scores(
+    features: pd.DataFrame, labels: pd.DataFrame, task: str, on: list[str], model: str
+) -> dict:
+    result = probe(features, labels, label_column=task, on=on, model=model, seed=0)
     return {"n_rows": result.n_rows, "folds": {k: v.tolist() for k, v in result.folds.items()}}
+
+
+def probes(task: str, tree_tasks: list[str]) -> list[str]:
+    return ["linear", "trees"] if task in tree_tasks else ["linear"]
 
 
 def evaluate(
     tasks: dict[str, str],
+    tree_tasks: list[str],
     labels: pd.DataFrame,
     aggregates: pd.DataFrame,
-    embeddings: pd.DataFrame,
+    embeddings: pd.DataFrame | None,
     on: list[str],
-    cache: dict[str, dict],
+    cache: ScoreCache,
 ) -> dict[str, dict[str, dict]]:
-    """task -> feature set -> scores, on the rows every feature set covers. The aggregates do not
-    depend on the training seed: their scores are computed once per task and kept in ``cache``."""
-    both = aggregates.merge(embeddings, on=on, how="inner")
+    """``task/probe`` -> feature set -> scores, on the rows every feature set covers. Without
+    ``embeddings`` only the aggregates' scores are computed (into ``cache``): they do not depend
+    on the seed, so they can be computed while the models train."""
+    both = aggregates if embeddings is None else aggregates.merge(embeddings, on=on, how="inner")
     out = {}
     for task in tasks:
         rows = labels[labels[task].notna()][[*on, task]].merge(both[on], on=on, how="inner")
-        key = f"{task}:{len(rows)}"
-        if key not in cache:
-            cache[key] = scores(aggregates, rows, task, on)
-        out[task] = {
-            "aggregates": cache[key],
-            "embeddings": scores(embeddings, rows, task, on),
-            "both": scores(both, rows, task, on),
-        }
+        for model in probes(task, tree_tasks):
+            key = f"{task}/{model}"
+            compute = functools.partial(scores, aggregates, rows, task, on, model)
+            cached = cache.get(f"{key}:{len(rows)}", compute)
+            if embeddings is not None:
+                out[key] = {
+                    "aggregates": cached,
+                    "embeddings": scores(embeddings, rows, task, on, model),
+                    "both": scores(both, rows, task, on, model),
+                }
+            print(f"  {key}: done", flush=True)
     return out
 
 
 def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dict]:
-    """Per task and feature set: mean over seeds of the fold mean, mean fold std, std over seeds,
-    and the paired difference both − aggregates over every (seed, fold)."""
+    """Per task, probe and feature set: mean over seeds of the fold mean, mean fold std, std over
+    seeds, and the paired difference both − aggregates over every (seed, fold)."""
     rows = []
-    for task, metric in tasks.items():
-        fold = {s: np.array([r[task][s]["folds"][metric] for r in runs]) for s in runs[0][task]}
+    for key in runs[0]:
+        task, model = key.split("/")
+        metric = tasks[task]
+        fold = {s: np.array([r[key][s]["folds"][metric] for r in runs]) for s in runs[0][key]}
         diff = (fold["both"] - fold["aggregates"]).ravel()
         for name, values in fold.items():
             rows.append(
                 {
                     "dataset": dataset,
                     "task": task,
+                    "probe": model,
                     "metric": metric,
                     "features": name,
-                    "n": runs[0][task][name]["n_rows"],
+                    "n": runs[0][key][name]["n_rows"],
+                    "seeds": len(runs),
                     "mean": values.mean(),
                     "fold_std": values.std(axis=1).mean(),
                     "seed_std": values.mean(axis=1).std(),
@@ -157,11 +267,11 @@ def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dic
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| data | task (metric, n) | aggregates | embeddings | both | both − aggregates (paired) |",
-        "|---|---|---:|---:|---:|---:|",
+        "| data | task (metric, n) | probe | aggregates | embeddings | both | both − aggregates (paired) |",  # noqa: E501
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     df = pd.DataFrame(rows)
-    for (dataset, task), g in df.groupby(["dataset", "task"], sort=False):
+    for (dataset, task, model), g in df.groupby(["dataset", "task", "probe"], sort=False):
         g = g.set_index("features")
 
         def cell(name: str, g=g) -> str:
@@ -169,31 +279,50 @@ def markdown(rows: list[dict]) -> str:
             return f"{r['mean']:.4f} ± {r['fold_std']:.4f} (seeds ± {r['seed_std']:.4f})"
 
         b = g.loc["both"]
-        # A gain counts when it exceeds the aggregates' fold spread and "both" itself is above
-        # chance by more than its own spread (beating a below-chance score is no gain).
+        # A gain counts when it exceeds twice its paired spread over (seed, fold) and "both" itself
+        # is above chance by more than its own spread (beating a below-chance score is no gain).
         chance = 0.5 if b["metric"] == "roc_auc" else 0.0
-        beats = (b["diff_mean"] > g.loc["aggregates", "fold_std"]) and (
-            b["mean"] - chance > b["fold_std"]
-        )
-        diff = f"{b['diff_mean']:+.4f} ± {b['diff_std']:.4f}{' **beats**' if beats else ''}"
+        beats = (b["diff_mean"] > 2 * b["diff_std"]) and (b["mean"] - chance > b["fold_std"])
+        diff = f"{b['diff_mean']:+.4f} ± {b['diff_std']:.4f}{' **gain**' if beats else ''}"
         lines.append(
-            f"| {dataset} | {task} ({b['metric']}, {b['n']}) | {cell('aggregates')} | "
+            f"| {dataset} | {task} ({b['metric']}, {b['n']}) | {model} | {cell('aggregates')} | "
             f"{cell('embeddings')} | {cell('both')} | {diff} |"
         )
     return "\n".join(lines)
 
 
+def next_event_markdown(tables: list[dict], dataset: str) -> str:
+    """Mean ± std over seeds of the next-event test metrics, model beside the baselines."""
+    if not tables:
+        return ""
+    lines = [f"Next-event test metrics on {dataset} (same bundles, {len(tables)} seeds):", ""]
+    lines += ["| | " + " | ".join(NEXT_EVENT_COLUMNS) + " |", "|---" * 6 + "|"]
+    for row in NEXT_EVENT_ROWS:
+        values = np.array([[t[row][c] for c in NEXT_EVENT_COLUMNS] for t in tables if row in t])
+        if len(values):
+            cells = [
+                f"{m:.4f} ± {s:.4f}" for m, s in zip(values.mean(0), values.std(0), strict=True)
+            ]
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="../shared/data/berka")
-    parser.add_argument("--work", default=str(ROOT / "benchmarks/out/downstream"))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--config", default="configs/berka.yaml")
+    parser.add_argument("--data", choices=sorted(DATASETS), default="tafeng")
+    parser.add_argument("--source", default=None, help="raw data folder (../shared/data/DATA)")
+    parser.add_argument("--work", default=None, help="default benchmarks/out/downstream-DATA")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=[0, 1, 2, 3, 4],
+        help="training seeds; none: only the aggregates' scores (shared by later runs in --work)",
+    )
+    parser.add_argument("--config", default=None, help="the data config (default: the data set's)")
     parser.add_argument("--sample-config", default="configs/account_events.yaml")
     parser.add_argument("--no-sample", action="store_true", help="skip the synthetic sample")
-    parser.add_argument(
-        "--tasks", nargs="*", default=list(BERKA_TASKS), help="Berka tasks (none: the sample only)"
-    )
+    parser.add_argument("--tasks", nargs="*", default=None, help="tasks (none: the sample only)")
     parser.add_argument(
         "--checkpoint", choices=("best", "last"), default="best", help="which weights to embed with"
     )
@@ -204,42 +333,57 @@ def main() -> None:
     )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
+    dataset = DATASETS[args.data]
+    name = f"downstream-{args.data}{'-' + args.tag if args.tag else ''}"
     if args.merge:
-        return merge([Path(p) for p in args.merge], args.tag, args.output)
+        return merge([Path(p) for p in args.merge], dataset, name, args.output)
     start = time.perf_counter()
-    tasks = {t: BERKA_TASKS[t] for t in args.tasks}
-    work = Path(args.work).resolve()
+    chosen = dataset.tasks if args.tasks is None else args.tasks
+    tasks = {t: dataset.tasks[t] for t in chosen}
+    work = Path(args.work or ROOT / f"benchmarks/out/downstream-{args.data}").resolve()
     work.mkdir(parents=True, exist_ok=True)
-    on = ["account_id", "as_of"]
+    on = dataset.on
     if tasks:
-        events, labels = prepare_berka(args.data, work)
+        source = args.source or str(
+            ROOT.parent / "shared/data" / args.data.replace("tafeng", "ta-feng")
+        )
+        events, labels = prepare(dataset, source, work)
         cutoffs = labels[on].drop_duplicates()
-        aggregates = aggregate_features(events, BERKA_SCHEMA, cutoffs)
+        aggregates = aggregate_features(
+            events, dataset.schema, cutoffs, max_categories=dataset.max_categories or 20
+        )
     sample = pd.read_parquet(SAMPLE)
     sample_labels = sample.groupby("entity_id", as_index=False)["account_type"].first()
     sample_aggregates = aggregate_features(sample, SAMPLE_SCHEMA)
-    berka_runs, sample_runs, fit_s, cache, sample_cache = [], [], [], {}, {}
+    cache, sample_cache = ScoreCache(work / "aggregate_scores.json"), ScoreCache(None)
+    if not args.seeds:
+        evaluate(tasks, dataset.tree_tasks, labels, aggregates, None, on, cache)
+        return
+    runs, sample_runs, next_event, fit_s = [], [], [], []
     for seed in args.seeds:
         if tasks:
-            data = work / "berka_events.parquet"
-            bundle, wall = fit(args.config, seed, data, work, args.extra, args.checkpoint)
+            config = args.config or dataset.config
+            bundle, wall, table = fit(
+                config, seed, work / dataset.train, work, args.extra, args.checkpoint
+            )
             fit_s.append(wall)
+            next_event.append(table)
+            print(f"seed {seed}: {args.data} trained in {wall:.0f} s ({bundle})", flush=True)
             embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-            berka_runs.append(evaluate(tasks, labels, aggregates, embeddings, on, cache))
-            print(f"seed {seed}: berka trained in {wall:.0f} s ({bundle})", flush=True)
+            runs.append(
+                evaluate(tasks, dataset.tree_tasks, labels, aggregates, embeddings, on, cache)
+            )
         if args.no_sample:
             continue
-        bundle, wall = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
+        bundle, wall, _ = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
         df = load_encoder(bundle, "cpu").encode(sample)[["entity_id", "embedding"]]
         sample_runs.append(
             evaluate(
-                SAMPLE_TASKS, sample_labels, sample_aggregates, df, ["entity_id"], sample_cache
+                SAMPLE_TASKS, list(SAMPLE_TASKS), sample_labels, sample_aggregates, df,
+                ["entity_id"], sample_cache,
             )
-        )
+        )  # fmt: skip
         print(f"seed {seed}: sample trained in {wall:.0f} s ({bundle})", flush=True)
-    rows = summarise(berka_runs, tasks, "berka") if berka_runs else []
-    if sample_runs:
-        rows += summarise(sample_runs, SAMPLE_TASKS, "sample")
     wall = time.perf_counter() - start
     command = "OMP_NUM_THREADS=1 python benchmarks/downstream.py " + " ".join(sys.argv[1:])
     header = (
@@ -247,34 +391,44 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}; "
         f"date: {time.strftime('%Y-%m-%d')}; wall time {wall:.0f} s "
-        f"(training {np.mean(fit_s or [0]):.0f} s per Berka model); seeds {args.seeds}\n\n"
+        f"(training {np.mean(fit_s or [0]):.0f} s per {args.data} model); seeds {args.seeds}\n\n"
     )
-    raw = {"berka": berka_runs, "sample": sample_runs, "rows": rows, "command": command}
-    write(header + markdown(rows) + "\n", raw, args.tag, args.output)
+    raw = {
+        "dataset": args.data,
+        "runs": runs,
+        "sample": sample_runs,
+        "next_event": next_event,
+        "command": command,
+    }
+    write(header, raw, dataset, name, args.output)
 
 
-def write(table: str, raw: dict, tag: str, output: str | None) -> None:
-    """The table to ``output`` (default ``benchmarks/results/downstream[-TAG].md``), raw JSON beside."""
-    print(table)
-    name = f"downstream{'-' + tag if tag else ''}"
+def write(header: str, raw: dict, dataset: Dataset, name: str, output: str | None) -> None:
+    """The tables to ``output`` (default ``benchmarks/results/NAME.md``), raw JSON beside."""
+    rows = summarise(raw["runs"], dataset.tasks, raw["dataset"]) if raw["runs"] else []
+    if raw["sample"]:
+        rows += summarise(raw["sample"], SAMPLE_TASKS, "sample")
+    text = header + (markdown(rows) + "\n" if rows else "")
+    text += "\n" + next_event_markdown(raw["next_event"], raw["dataset"])
+    print(text)
     path = Path(output or ROOT / f"benchmarks/results/{name}.md")
-    path.write_text(table)
-    path.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float))
+    path.write_text(text)
+    path.with_suffix(".json").write_text(json.dumps(raw | {"rows": rows}, indent=1, default=float))
 
 
-def merge(paths: list[Path], tag: str, output: str | None) -> None:
-    """One table over the seeds of several runs of the same configuration (e.g. seeds added later)."""
+def merge(paths: list[Path], dataset: Dataset, name: str, output: str | None) -> None:
+    """One table over the seeds of several runs of the same configuration (e.g. seeds run in
+    parallel processes)."""
     raws = [json.loads(p.read_text()) for p in paths]
-    berka = [run for raw in raws for run in raw["berka"]]
-    sample = [run for raw in raws for run in raw["sample"]]
-    rows = summarise(berka, {t: BERKA_TASKS[t] for t in berka[0]}, "berka") if berka else []
-    if sample:
-        rows += summarise(sample, SAMPLE_TASKS, "sample")
+    merged = {
+        key: [item for raw in raws for item in raw[key]] for key in ("runs", "sample", "next_event")
+    }
     commands = [raw["command"] for raw in raws]
     header = "".join(f"run: `{c}`  \n" for c in commands)
-    header += f"merged: {', '.join(p.name for p in paths)}; {len(berka)} Berka seeds\n\n"
-    raw = {"berka": berka, "sample": sample, "rows": rows, "command": commands}
-    write(header + markdown(rows) + "\n", raw, tag, output)
+    header += f"merged: {', '.join(p.name for p in paths)}; {len(merged['runs'])} seeds\n\n"
+    write(
+        header, merged | {"dataset": raws[0]["dataset"], "command": commands}, dataset, name, output
+    )
 
 
 if __name__ == "__main__":

@@ -56,11 +56,28 @@ def test_aggregates_match_hand_computed_values():
     assert u1["amount_sum"] == 64 and u1["amount_mean"] == 16
     assert u1["amount_std"] == pytest.approx(np.std([10, 4, 30, 20], ddof=1))
     assert u1["amount_q50"] == pytest.approx(15.0)
-    assert u1["amount_sum[kind=a]"] == 60 and u1["amount_mean[kind=a]"] == 20
-    assert u1["amount_q25[kind=a]"] == pytest.approx(15.0)
-    assert u1["amount_std[kind=b]"] == 0  # one event
-    assert u2["amount_mean[kind=b]"] == 4 and u2["amount_sum[kind=a]"] == 0
+    # Spend shares: u1 spent 60 of 64 on kind a, 30 of 64 on the web; u2 nothing on a.
+    assert u1["amount_share[kind=a]"] == pytest.approx(60 / 64)
+    assert u1["amount_share[channel=web]"] == pytest.approx(40 / 64)
+    assert (u2["amount_share[kind=a]"], u2["amount_share[kind=b]"]) == (0, 1)
+    assert (u1["distinct[kind]"], u1["distinct[channel]"], u2["distinct[channel]"]) == (2, 2, 1)
+    # Every event is its own session here (no two share a time): sessions mirror the events.
+    assert (u1["n_sessions"], u1["session_size_mean"], u1["session_size_max"]) == (4, 1, 1)
+    assert u1["session_gap_days_mean"] == pytest.approx(5 / 3)
     assert not agg.isna().any().any()
+
+
+def test_sessions_are_the_events_sharing_a_time():
+    log = tiny_log()
+    # A third u1 event on day 0 and a second on day 5: sessions of sizes 2, 1, 1, 2 on days
+    # 0, 1, 4, 5; gaps between sessions 1, 3, 1 days.
+    extra = log[log["user"] == "u1"].sort_values("timestamp").iloc[[0, 3]]
+    agg = aggregate_features(pd.concat([log, extra]), TINY_SCHEMA).set_index("user").loc["u1"]
+    assert (agg["n_events"], agg["n_sessions"]) == (6, 4)
+    assert (agg["session_size_mean"], agg["session_size_max"]) == (1.5, 2)
+    assert agg["session_gap_days_mean"] == pytest.approx(5 / 3)
+    assert agg["gap_days_mean"] == pytest.approx(1.0)  # 0, 1, 3, 1, 0 days between events
+    assert agg["sessions_per_day"] == pytest.approx(4 / 5)
 
 
 def test_rare_categories_are_pooled():
@@ -224,11 +241,28 @@ def test_cli_probes_aggregates_embeddings_and_both(tmp_path, capsys):
     for name in ("aggregates ", "embeddings ", "aggregates+embeddings", "constant predictor"):
         assert name in out
     records = pd.read_json(tmp_path / "r.json")
-    assert list(records["features"]) == ["aggregates", "embeddings", "aggregates+embeddings"]
+    sets = ["aggregates", "embeddings", "aggregates+embeddings"]
+    assert list(records["features"]) == sets * 2  # both probes by default
+    assert list(records["model"]) == ["linear"] * 3 + ["trees"] * 3
     assert (records["n_rows"] == 80).all()
     # The time gaps are planted by account type: the aggregates see them.
     # (0.86 on this small log: the generator's sessions and bursts blur the planted gaps)
-    assert records.set_index("features").loc["aggregates", "roc_auc_mean"] > 0.8
+    linear = records[records["model"] == "linear"].set_index("features")
+    assert linear.loc["aggregates", "roc_auc_mean"] > 0.8
+
+
+def test_tree_probe_finds_an_interaction_the_linear_probe_cannot():
+    # y = x0 XOR x1: no linear function of the two separates it, two splits do.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 3))
+    y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).astype(int)
+    linear = probe(x, y, model="linear", n_splits=3)
+    trees = probe(x, y, model="trees", n_splits=3)
+    assert linear.mean("roc_auc") < 0.6
+    assert trees.mean("roc_auc") > 0.95
+    # Regression too: y = |x0| is not linear in x0.
+    r2 = probe(x, np.abs(x[:, 0]) + 0.01 * x[:, 2], model="trees", n_splits=3).mean("r2")
+    assert r2 > 0.9 > probe(x, np.abs(x[:, 0]), model="linear", n_splits=3).mean("r2") + 0.5
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
@@ -275,3 +309,34 @@ def test_prep_berka_counts_and_loan_cutoffs(shared_data, tmp_path):
     assert (propensity["loan_next_12m"] == late.astype(int)).all()
     # 1,229 accounts - 38 loans granted by the cut-off; 104 loans in the 12 months after it.
     assert (len(propensity), int(propensity["loan_next_12m"].sum())) == (1191, 104)
+
+
+@pytest.mark.shared_data
+def test_prep_tafeng_counts_and_forward_labels(shared_data, tmp_path):
+    tafeng = shared_data / "ta-feng"
+    if not tafeng.is_dir():
+        pytest.skip(f"{tafeng} not found")
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "datasets/prep_tafeng.py"), "--data", str(tafeng)]
+    subprocess.run([*cmd, "--out", str(tmp_path)], check=True, capture_output=True)
+    events = pd.read_parquet(tmp_path / "tafeng_events.parquet")
+    train = pd.read_parquet(tmp_path / "tafeng_train.parquet")
+    labels = pd.read_parquet(tmp_path / "tafeng_labels.parquet")
+    # SOURCE.md's counts; ids keep their leading zeros (8-digit text).
+    assert (len(events), events["customer_id"].nunique()) == (817741, 32266)
+    assert events["product_id"].nunique() == 23812 and events["subclass"].nunique() == 2012
+    assert events["customer_id"].str.len().eq(8).all()
+    static = labels[labels["age_group"].notna()]
+    assert len(static) == 32266 - 626 and (static["age_group"] == "35-39").sum() == 6588
+    under = static["age_group"].isin(["<25", "25-29", "30-34"])
+    assert (static["age_under_35"] == under.astype(float)).all()
+    # Training events and forward inputs end at the cut-off; the February labels come after it.
+    cutoff = pd.Timestamp("2001-01-31", tz="UTC")
+    assert train["timestamp"].max() == cutoff and len(train) == (events["timestamp"] <= cutoff).sum()
+    forward = labels[labels["buys_february"].notna()]
+    assert (forward["as_of"] == cutoff).all()
+    assert set(forward["customer_id"]) == set(train["customer_id"])
+    feb = events[events["timestamp"] > cutoff].groupby("customer_id")["price"].sum()
+    spend = np.log1p(forward["customer_id"].map(feb).fillna(0.0))
+    np.testing.assert_allclose(forward["february_spend"], spend)
+    assert (forward["buys_february"] == forward["customer_id"].isin(feb.index)).all()

@@ -1,8 +1,8 @@
 """Downstream evaluation: do the embeddings add to the aggregate features a practitioner has?
 
 :func:`probe` fits a linear model (logistic / multinomial logistic regression for classes, ridge for
-numbers) on a feature table with k-fold cross-validation and reports ROC-AUC / accuracy or R² with
-their spread over folds. :func:`aggregate_features` computes the hand-made baseline from the same
+numbers) or gradient-boosted trees on a feature table with k-fold cross-validation and reports
+ROC-AUC / accuracy or R² with their spread over folds. :func:`aggregate_features` computes the hand-made baseline from the same
 events (per-category counts and shares, amount statistics per category, event rate, recency,
 inter-event gaps), point-in-time correct like :func:`~seqenc.inference.encode`, and
 :func:`embed_at` embeds each labelled entity at its own cut-off. ``seqenc probe`` (:func:`main`) runs
@@ -73,6 +73,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--task", default="auto", choices=("auto", "binary", "multiclass", "regression")
     )
+    parser.add_argument(
+        "--model",
+        nargs="+",
+        default=["linear", "trees"],
+        choices=("linear", "trees"),
+        help="probe(s): logistic/ridge regression, gradient-boosted trees, or both (default)",
+    )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the results here (JSON records)")
@@ -124,7 +131,14 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
             )
         sets["embeddings"] = emb[[*on, "embedding"]]
     return compare(
-        labels, args.label_column, sets, on, task=args.task, n_splits=args.folds, seed=args.seed
+        labels,
+        args.label_column,
+        sets,
+        on,
+        task=args.task,
+        models=args.model,
+        n_splits=args.folds,
+        seed=args.seed,
     )
 
 
@@ -148,10 +162,11 @@ def format_table(table: pd.DataFrame) -> str:
         d = row._asdict()
         cells = [f"{m} {d[m + '_mean']:.4f} ± {d[m + '_std']:.4f}" for m in metrics]
         lines.append(
-            f"{d['features']:<22} n={d['n_rows']:<6} d={d['n_features']:<5} " + "  ".join(cells)
+            f"{d['model']:<7} {d['features']:<22} n={d['n_rows']:<6} d={d['n_features']:<5} "
+            + "  ".join(cells)
         )
     constant = [f"{m} {table[m + '_constant'].iloc[0]:.4f}" for m in metrics]
-    lines.append(f"{'constant predictor':<22} " + "  ".join(constant))
+    lines.append(f"{'':<7} {'constant predictor':<22} " + "  ".join(constant))
     return "\n".join(lines)
 
 

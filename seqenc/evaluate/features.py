@@ -77,35 +77,100 @@ def _numeric_stats(ev: pd.DataFrame, column: str, by: list[str]) -> pd.DataFrame
     return stats.join(q)
 
 
+def _gap_stats(ev: pd.DataFrame, times: str, prefix: str) -> pd.DataFrame:
+    """Mean, std, median, max of the days between consecutive ``times`` of each ``_row``
+    (``ev`` sorted by row then time)."""
+    rows = ev["_row"].to_numpy()
+    same = rows[1:] == rows[:-1]
+    gaps = np.where(same, np.diff(ev[times].to_numpy()) / DAY, np.nan)
+    frame = pd.DataFrame({"_row": rows, "_gap": np.concatenate([[np.nan], gaps])})
+    gap = frame.groupby("_row", sort=True)["_gap"].agg(["mean", "std", "median", "max"])
+    return gap.rename(columns=lambda s: f"{prefix}_{s}")
+
+
+def _time_features(ev: pd.DataFrame, g, n: pd.Series) -> pd.DataFrame:
+    """Tenure, recency, rate, gaps between events, and the same for *sessions*: the events of an
+    entity that share one timestamp (a basket on a day-resolution log, a burst on a finer one)."""
+    ref, first, last = g["_ref"].first(), g["_t"].min(), g["_t"].max()
+    tenure = (ref - first) / DAY
+    sessions = ev.drop_duplicates(["_row", "_t"])
+    n_sessions = sessions.groupby("_row", sort=True).size().astype(float)
+    size = ev.groupby(["_row", "_t"], sort=True).size().groupby(level=0).agg(["mean", "max"])
+    out = pd.DataFrame(
+        {
+            "tenure_days": tenure,
+            "recency_days": (ref - last) / DAY,
+            "events_per_day": n / tenure.clip(lower=1.0),
+            "n_sessions": n_sessions,
+            "sessions_per_day": n_sessions / tenure.clip(lower=1.0),
+            "session_size_mean": size["mean"].astype(float),
+            "session_size_max": size["max"].astype(float),
+        }
+    )
+    return out.join(_gap_stats(ev, "_t", "gap_days")).join(
+        _gap_stats(sessions, "_t", "session_gap_days")
+    )
+
+
+def _value_features(
+    ev: pd.DataFrame, column: str, schema: EventSchema, n: pd.Series, max_categories: int
+) -> list[pd.DataFrame]:
+    """Per value of ``column`` (its most frequent ``max_categories``, the rest as ``<other>``):
+    count, share of the entity's events and, per numeric column, share of the entity's total
+    (e.g. spend share); plus the number of distinct raw values."""
+    values = _top_values(ev[column], max_categories)
+    keyed = pd.DataFrame({"_row": ev["_row"].to_numpy(), "_v": values.to_numpy()})
+    counts = keyed.groupby(["_row", "_v"], sort=True).size().unstack(fill_value=0).astype(float)
+    distinct = ev.groupby("_row", sort=True)[column].nunique().astype(float)
+    blocks = [
+        distinct.rename(f"distinct[{column}]").to_frame(),
+        counts.rename(columns=lambda v: f"count[{column}={v}]"),
+        counts.div(n, axis=0).rename(columns=lambda v: f"share[{column}={v}]"),
+    ]
+    for num in schema.numeric:
+        keyed[num] = ev[num].to_numpy(dtype=float)
+        sums = keyed.groupby(["_row", "_v"], sort=True)[num].sum().unstack(fill_value=0.0)
+        total = sums.abs().sum(axis=1).replace(0.0, 1.0)
+        share = sums.div(total, axis=0)
+        blocks.append(share.rename(columns=lambda v, m=num: f"{m}_share[{column}={v}]"))
+    return blocks
+
+
 def aggregate_features(
     events: Source,
     schema: EventSchema = DEFAULT_SCHEMA,
     as_of: object = None,
     *,
     as_of_column: str = "as_of",
-    max_categories: int = 20,
+    max_categories: int | dict[str, int] = 20,
 ) -> pd.DataFrame:
-    """Hand-made per-entity features from the same events the encoder reads.
+    """Hand-made per-entity features from the same events the encoder reads: what a practitioner
+    writes before reaching for a sequence model (RFM, basket and gap statistics, category mix and
+    spend mix).
 
     Args:
         events: anything :func:`~seqenc.read_events` reads, with ``schema``'s columns.
         schema: the event-log columns; the item and every categorical column are counted per value,
-            numeric columns are summarised overall and per item.
+            numeric columns are summarised overall and as shares per value.
         as_of: ``None`` (every event; recency measured from the log's last event), one point in
             time (events at or before it; recency from it), or a DataFrame with the entity column
             and ``as_of_column``: one output row per row of it, each with its own cut-off.
-        max_categories: the most frequent values of each categorical column get their own
-            features; the rest are pooled as ``<other>``.
+        max_categories: how many of the most frequent values of the item and of each categorical
+            column get their own features (the rest are pooled as ``<other>``); one number for
+            every column or ``{column: number}`` (columns not named get 20).
 
     Returns:
         One row per entity (or per ``as_of`` row) with at least one event at or before its cut-off;
         key columns first (the entity, and ``as_of_column`` for a table), then float64 features:
         ``n_events``; with times ``tenure_days`` (cut-off − first event), ``recency_days``
         (cut-off − last event), ``events_per_day`` (``n_events / max(tenure_days, 1)``),
-        ``gap_days_{mean,std,median,max}`` between consecutive events; per value of the item and
-        categorical columns ``count[col=value]`` and ``share[col=value]``; per numeric column
-        ``{col}_{sum,mean,std,q25,q50,q75}`` overall and ``...[item=value]`` per item (0 where the
-        entity has no such event). Columnar (pandas group-bys), no Python loop over rows.
+        ``gap_days_{mean,std,median,max}`` between consecutive events, and for sessions (events
+        sharing a timestamp: a basket) ``n_sessions``, ``sessions_per_day``,
+        ``session_size_{mean,max}``, ``session_gap_days_{mean,std,median,max}``; per item and
+        categorical column ``distinct[col]`` and per value ``count[col=value]``,
+        ``share[col=value]`` and per numeric column ``{num}_share[col=value]`` (the value's part of
+        the entity's total of ``|num|``); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
+        Columnar (pandas group-bys), no Python loop over rows.
     """
     if as_of is not None and schema.timestamp is None:
         raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
@@ -118,36 +183,18 @@ def aggregate_features(
     ev = ev[ev["_t"] <= ev["_ref"]].sort_values(["_row", "_t", "_seq"], kind="stable")
     g = ev.groupby("_row", sort=True)
     n = g.size().astype(float)
-    feats: dict[str, pd.Series] = {"n_events": n}
+    blocks = [pd.DataFrame({"n_events": n})]
     if schema.timestamp:
-        ref, first, last = g["_ref"].first(), g["_t"].min(), g["_t"].max()
-        tenure = (ref - first) / DAY
-        feats |= {
-            "tenure_days": tenure,
-            "recency_days": (ref - last) / DAY,
-            "events_per_day": n / tenure.clip(lower=1.0),
-        }
-        same = ev["_row"].to_numpy()[1:] == ev["_row"].to_numpy()[:-1]
-        gaps = np.where(same, np.diff(ev["_t"].to_numpy()) / DAY, np.nan)
-        ev["_gap"] = np.concatenate([[np.nan], gaps])
-        gap = ev.groupby("_row", sort=True)["_gap"].agg(["mean", "std", "median", "max"])
-        feats |= {f"gap_days_{s}": gap[s] for s in gap.columns}
-    out = pd.DataFrame(feats)
-    blocks = [out]
+        blocks.append(_time_features(ev, g, n))
     for column in [schema.item, *schema.categorical]:
-        ev[f"_v_{column}"] = _top_values(ev[column], max_categories)
-        counts = ev.groupby(["_row", f"_v_{column}"], sort=True).size().unstack(fill_value=0)
-        blocks.append(counts.rename(columns=lambda v, c=column: f"count[{c}={v}]").astype(float))
-        shares = counts.div(n, axis=0)
-        blocks.append(shares.rename(columns=lambda v, c=column: f"share[{c}={v}]"))
-    item = f"_v_{schema.item}"
+        limit = (
+            max_categories.get(column, 20) if isinstance(max_categories, dict) else max_categories
+        )
+        blocks += _value_features(ev, column, schema, n, limit)
     for column in schema.numeric:
         ev[column] = ev[column].astype(float)
         overall = _numeric_stats(ev, column, ["_row"])
         blocks.append(overall.rename(columns=lambda s, c=column: f"{c}_{s}"))
-        per = _numeric_stats(ev, column, ["_row", item]).unstack(item)
-        per.columns = [f"{column}_{s}[{schema.item}={v}]" for s, v in per.columns]
-        blocks.append(per)
     features = pd.concat(blocks, axis=1).fillna(0.0).astype(float)
     rows = keys.set_index("_row").loc[features.index]
     head = pd.DataFrame({entity: rows[entity].to_numpy()})

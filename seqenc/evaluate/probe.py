@@ -1,8 +1,12 @@
-"""The linear probe: logistic / multinomial logistic regression or ridge, k-fold cross-validated,
-with scaling and the regularisation grid fitted inside each training fold."""
+"""The probes: linear (logistic / multinomial logistic regression or ridge, scaled, the
+regularisation strength searched inside each training fold) or trees (scikit-learn's histogram
+gradient boosting, the model most feature pipelines retrain: its leaf count chosen on a held-out part
+of each training fold, the number of trees by early stopping there too), k-fold cross-validated."""
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -13,9 +17,13 @@ import pandas as pd
 from seqenc.errors import SeqencError
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
+Model = Literal["linear", "trees"]
+MODELS = ("linear", "trees")
 # Regularisation grids searched inside each training fold (never on its test fold).
-C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
+C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 ALPHA_GRID = (1e-1, 1.0, 10.0, 100.0, 1000.0)
+LEAF_GRID = (15, 63)  # max_leaf_nodes of the tree probe: shallow and deep trees
+TREE_HOLDOUT = 0.2  # share of a training fold that scores the tree probe's grid
 
 
 def _sklearn():
@@ -25,9 +33,9 @@ def _sklearn():
         raise SeqencError(
             "seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'"
         ) from e
-    from sklearn import linear_model, metrics, model_selection, pipeline, preprocessing
+    from sklearn import ensemble, linear_model, metrics, model_selection, pipeline, preprocessing
 
-    return linear_model, metrics, model_selection, pipeline, preprocessing
+    return ensemble, linear_model, metrics, model_selection, pipeline, preprocessing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,10 +146,11 @@ def probe(
     label_column: str | None = None,
     on: Sequence[str] | None = None,
     task: Task = "auto",
+    model: Model = "linear",
     n_splits: int = 5,
     seed: int = 0,
 ) -> ProbeResult:
-    """Cross-validated linear probe of ``labels`` from ``features``.
+    """Cross-validated probe of ``labels`` from ``features``: linear or gradient-boosted trees.
 
     Args:
         features: ``[n, d]`` array aligned with ``labels``, or a table of key columns and numeric
@@ -153,23 +162,33 @@ def probe(
         task: ``"binary"`` / ``"multiclass"`` (logistic regression, multinomial for more than two
             classes; ROC-AUC (one-vs-rest macro for multiclass) and accuracy) or ``"regression"``
             (ridge; R²). ``"auto"``: regression for non-integral floats, else classes.
+        model: ``"linear"``: standardisation and the regularisation strength (``C_GRID`` by an
+            inner 3-fold search for classes, ``ALPHA_GRID`` by leave-one-out for ridge) fitted on
+            each training fold only. ``"trees"``:
+            ``HistGradientBoostingClassifier`` / ``Regressor`` with ``max_leaf_nodes`` from
+            ``LEAF_GRID`` chosen on a held-out ``TREE_HOLDOUT`` of each training fold, where early
+            stopping also picks the number of trees; the chosen model (fitted on the rest of the
+            training fold) scores the test fold.
         n_splits: k of the k-fold cross-validation (stratified for classes, shuffled with ``seed``).
 
-    Standardisation and the regularisation strength (a grid, chosen by an inner 3-fold search on
-    the training folds) are fitted on each training fold only.
+    Every model sees the same folds for a given ``seed`` and labels, so scores of two feature
+    sets differ fold by fold only by their features (paired differences).
     """
-    linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
+    ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
     x, y = _align(features, labels, label_column, on)
     task = _infer_task(y) if task == "auto" else task
     if task not in ("binary", "multiclass", "regression"):
         raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
+    if model not in MODELS:
+        raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
     classes: list = []
     if task == "regression":
         y = y.astype(float)
         splitter = model_selection.KFold(n_splits, shuffle=True, random_state=seed)
-        inner = model_selection.KFold(3, shuffle=True, random_state=seed)
-        model = pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.Ridge())
-        grid = {"ridge__alpha": list(ALPHA_GRID)}
+        holdout = model_selection.ShuffleSplit(1, test_size=TREE_HOLDOUT, random_state=seed)
+        # Leave-one-out over the alpha grid in closed form (generalised cross-validation).
+        linear = linear_model.RidgeCV(alphas=ALPHA_GRID)
+        trees = ensemble.HistGradientBoostingRegressor
         scoring = "r2"
     else:
         codes, uniques = pd.factorize(y, sort=True)
@@ -185,16 +204,26 @@ def probe(
         y = codes
         splitter = model_selection.StratifiedKFold(n_splits, shuffle=True, random_state=seed)
         inner = model_selection.StratifiedKFold(3, shuffle=True, random_state=seed)
-        model = pipeline.make_pipeline(
-            preprocessing.StandardScaler(), linear_model.LogisticRegression(max_iter=2000)
+        holdout = model_selection.StratifiedShuffleSplit(
+            1, test_size=TREE_HOLDOUT, random_state=seed
         )
-        grid = {"logisticregression__C": list(C_GRID)}
+        # The C grid as one warm-started path per inner fold, scored by log loss.
+        linear = linear_model.LogisticRegressionCV(
+            Cs=list(C_GRID), cv=inner, scoring="neg_log_loss", max_iter=2000
+        )
+        trees = ensemble.HistGradientBoostingClassifier
         scoring = "neg_log_loss"
-    search = model_selection.GridSearchCV(model, grid, scoring=scoring, cv=inner)
+    if model == "trees":
+        booster = trees(max_iter=500, early_stopping=True, n_iter_no_change=20, random_state=seed)
+        search = _HoldoutSearch(booster, LEAF_GRID, holdout, metrics.get_scorer(scoring))
+    else:
+        search = pipeline.make_pipeline(preprocessing.StandardScaler(), linear)
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for train, test in splitter.split(x, y):
-        search.fit(x[train], y[train])
+        with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
+            warnings.simplefilter("ignore", FutureWarning)
+            search.fit(x[train], y[train])
         for name, value in _scores(metrics, task, search, x[test], y[test]).items():
             folds.setdefault(name, []).append(value)
         for name, value in _baseline(metrics, task, y[train], y[test]).items():
@@ -207,6 +236,36 @@ def probe(
         folds={k: np.asarray(v) for k, v in folds.items()},
         baseline={k: float(np.mean(v)) for k, v in base.items()},
     )
+
+
+class _HoldoutSearch:
+    """The tree probe's search: one booster per ``max_leaf_nodes`` in ``leaves``, each fitted on
+    the inner training part of ``split`` (where early stopping picks its number of trees) and
+    scored on the held-out part; the best one, as fitted, predicts. Two fits per fold instead of
+    a cross-validated grid plus a refit: boosting is the expensive probe."""
+
+    def __init__(self, booster, leaves: Sequence[int], split, scorer) -> None:
+        self.booster, self.leaves, self.split, self.scorer = booster, leaves, split, scorer
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _HoldoutSearch:
+        from sklearn.base import clone
+
+        ((fit_rows, held_out),) = self.split.split(x, y)
+        best = -np.inf
+        for leaves in self.leaves:
+            model = clone(self.booster).set_params(max_leaf_nodes=leaves)
+            model.fit(x[fit_rows], y[fit_rows])
+            score = self.scorer(model, x[held_out], y[held_out])
+            if score > best:
+                best, self.model_ = score, model
+        self.classes_ = getattr(self.model_, "classes_", None)
+        return self
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.model_.predict(x)
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        return self.model_.predict_proba(x)
 
 
 def _scores(metrics, task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -236,11 +295,13 @@ def compare(
     on: Sequence[str],
     *,
     task: Task = "auto",
+    models: Sequence[Model] = ("linear",),
     n_splits: int = 5,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """:func:`probe` on each named feature table and on every pair joined (``a+b``), on the rows
-    all of them cover, so the scores compare like with like. One row per feature set."""
+    """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
+    (``a+b``), on the rows all of them cover, so the scores compare like with like. One row per
+    model and feature set."""
     labelled = labels[labels[label_column].notna()][[*on, label_column]]
     for frame in feature_sets.values():
         labelled = labelled.merge(frame[list(on)], on=list(on), how="inner")
@@ -250,18 +311,19 @@ def compare(
         for b in names[i + 1 :]:
             sets[f"{a}+{b}"] = feature_sets[a].merge(feature_sets[b], on=list(on), how="inner")
     rows = []
-    for name, frame in sets.items():
+    for model, (name, frame) in itertools.product(models, sets.items()):
         result = probe(
             frame,
             labelled,
             label_column=label_column,
             on=on,
             task=task,
+            model=model,
             n_splits=n_splits,
             seed=seed,
         )
         rows.append(
-            {"features": name, "task": result.task, "n_rows": result.n_rows}
+            {"model": model, "features": name, "task": result.task, "n_rows": result.n_rows}
             | {"n_features": result.n_features}
             | result.summary()
             | {f"{k}_constant": v for k, v in result.baseline.items()}
