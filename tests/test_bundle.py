@@ -318,8 +318,11 @@ def test_integer_items_written_with_leading_zeros_are_integers_for_an_integer_bu
     assert load_bundle(path)[1].schema.id_type("item_id") == "int"
     padded = events.assign(item_id=events["item_id"].astype(str).str.zfill(5))
     padded.to_csv(tmp_path / "events.csv", index=False)
-    df = load_encoder(path, device="cpu").encode(tmp_path / "events.csv")
-    assert df.attrs["n_unknown_items"] == 0
+    encoder = load_encoder(path, device="cpu")
+    assert encoder.encode(tmp_path / "events.csv").attrs["n_unknown_items"] == 0
+    padded.loc[3, "item_id"] = "x7"  # text where the model's items are integers: ambiguous
+    with pytest.raises(SeqencError, match=r"'item_id': not an integer.*holds integers.*row 3"):
+        encoder.encode(padded)
 
 
 def test_id_types_round_trip_and_bundles_without_them_take_the_vocabularies(tmp_path):

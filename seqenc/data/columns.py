@@ -19,6 +19,8 @@ from seqenc.errors import SeqencError
 # Numeric epoch times above this (year 5138) are almost surely milliseconds or finer, not seconds.
 MAX_EPOCH_SECONDS = 1e11
 _TICKS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+# Where an 'int' id type comes from, for messages refusing a value that is not an integer.
+_INT_SOURCE = ": EventSchema.id_types, or a model whose vocabulary holds integers"
 # A number above MAX_EPOCH_SECONDS, by magnitude: the unit it most likely is, ticks per second.
 _FINER_UNITS = (("nanoseconds", 1e9), ("microseconds", 1e6), ("milliseconds", 1e3))
 
@@ -95,7 +97,7 @@ def _to_id(
     if pa.types.is_integer(t):  # uint64 beyond int64: every file's integers must stay integers
         problem = f"integer beyond int64 (id_types={{{name!r}: 'string'}} reads such ids as text)"
     elif id_type == "int":
-        problem = "not a whole number within int64 (id_types says 'int')"
+        problem = f"not a whole number within int64 (the id type is 'int'{_INT_SOURCE})"
     else:
         return as_text(col)
     raise _bad_row(table, name, pc.invert(fits), problem, offset)
@@ -119,7 +121,7 @@ def _parse_ints(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -
     text = pc.utf8_trim_whitespace(col)
     digits = pc.fill_null(pc.match_substring_regex(text, r"^[+-]?[0-9]+$"), True)
     if not pc.all(digits).as_py():
-        problem = "not an integer (id_types says 'int')"
+        problem = f"not an integer (the id type is 'int'{_INT_SOURCE})"
         raise _bad_row(table, name, pc.invert(digits), problem, offset)
     try:
         return text.cast(pa.int64())
