@@ -21,7 +21,7 @@ import pandas as pd
 
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
-from seqenc.evaluate.features import aggregate_features, embed_at
+from seqenc.evaluate.features import aggregate_features, check_id_kinds, embed_at
 from seqenc.evaluate.probe import ProbeResult, compare, feature_matrix, probe
 
 __all__ = [
@@ -116,14 +116,14 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
         sets["aggregates"] = aggregate_features(
             args.events, schema, cut, as_of_column=args.as_of_column
         )
-        _check_id_kinds(labels, sets["aggregates"], args.entity, "events'")
+        check_id_kinds(labels, sets["aggregates"], args.entity, "events'")
     if args.embeddings:
         emb = _read_table(args.embeddings, "embeddings").rename(columns={"entity_id": args.entity})
         if "embedding" not in emb.columns or args.entity not in emb.columns:
             raise SeqencError(
                 f"embeddings {args.embeddings!r} need {args.entity!r} and 'embedding'"
             )
-        _check_id_kinds(labels, emb, args.entity, f"embeddings' ({args.embeddings})")
+        check_id_kinds(labels, emb, args.entity, f"embeddings' ({args.embeddings})")
         if per_row and args.as_of_column not in emb.columns:
             # One embedding per entity (one cut-off): it serves every label row of the entity.
             emb = (
@@ -140,18 +140,6 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
         n_splits=args.folds,
         seed=args.seed,
     )
-
-
-def _check_id_kinds(labels: pd.DataFrame, other: pd.DataFrame, entity: str, what: str) -> None:
-    """Labels and a feature set are joined on ``entity``: integer ids never match text ids."""
-    kinds = [
-        "integers" if pd.api.types.is_numeric_dtype(f[entity]) else "text" for f in (labels, other)
-    ]
-    if kinds[0] != kinds[1]:
-        raise SeqencError(
-            f"the labels' {entity!r} ids are {kinds[0]} ({labels[entity].dtype}) but the {what} "
-            f"ids are {kinds[1]} ({other[entity].dtype}): write both with the same id type"
-        )
 
 
 def format_table(table: pd.DataFrame) -> str:

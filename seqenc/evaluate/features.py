@@ -24,6 +24,18 @@ QUANTILES = (0.25, 0.5, 0.75)
 # Aggregate features
 
 
+def check_id_kinds(labels: pd.DataFrame, other: pd.DataFrame, entity: str, what: str) -> None:
+    """Labels and a feature set are joined on ``entity``: integer ids never match text ids."""
+    kinds = [
+        "integers" if pd.api.types.is_numeric_dtype(f[entity]) else "text" for f in (labels, other)
+    ]
+    if kinds[0] != kinds[1]:
+        raise SeqencError(
+            f"the labels' {entity!r} ids are {kinds[0]} ({labels[entity].dtype}) but the {what} "
+            f"ids are {kinds[1]} ({other[entity].dtype}): write both with the same id type"
+        )
+
+
 def _cutoffs(
     df: pd.DataFrame, entity: str, as_of: object, as_of_column: str
 ) -> tuple[pd.DataFrame, list[str]]:
@@ -34,6 +46,7 @@ def _cutoffs(
                 raise SeqencError(
                     f"as_of table has no column {column!r} (columns: {list(as_of.columns)})"
                 )
+        check_id_kinds(as_of, df, entity, "events'")
         ref = _epoch_column(as_of[as_of_column], as_of_column)
         keys = pd.DataFrame({entity: as_of[entity].to_numpy(), "_ref": ref})
         out_keys = [entity, as_of_column]
