@@ -271,3 +271,24 @@ def test_learns_a_deterministic_successor() -> None:
     test = make_batch([[4, 5, 6], [10, 11, 12, 13, 14, 15], [7]])
     predicted = model.item_logits(model.entity_embedding(test)).argmax(-1)
     assert predicted.tolist() == [7, 16, 8]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_next_item_head_reads_the_newest_state_whatever_the_entity_readout(causal: bool) -> None:
+    # Trained on the raw state at each position, the next-item head must rank from the newest one
+    # also when the entity embedding is a normalised mean (account_embeddings.yaml): one bundle,
+    # both jobs. Before, a mean-pooled bundle ranked from the mean and lost most of its NDCG.
+    torch.manual_seed(0)
+    pooled = make_model(causal=causal, pooling="mean", normalize=True)
+    last = make_model(causal=causal, pooling="last", normalize=False)
+    last.load_state_dict(pooled.state_dict())
+    batch = make_batch(HISTORIES)
+    query = Masked().query(batch) if not causal else batch
+    hidden = pooled(query)
+    newest = hidden[torch.arange(len(HISTORIES)), query.lengths - 1]
+    torch.testing.assert_close(pooled.item_scores(batch), pooled.item_logits(newest))
+    torch.testing.assert_close(pooled.item_scores(batch), last.item_scores(batch))
+    # ... while the entity embedding stays the normalised mean.
+    mean = (hidden * query.padding_mask[..., None]).sum(1) / query.lengths[:, None]
+    expected = torch.nn.functional.normalize(mean, dim=-1)
+    torch.testing.assert_close(pooled.entity_embedding(batch), expected, rtol=1e-5, atol=1e-5)

@@ -250,22 +250,31 @@ class SequenceEncoder(nn.Module):
         if self.config.pooling == "mean":
             weights = batch.padding_mask.to(hidden.dtype)[..., None]
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        elif hidden.shape[1] == 1:
-            pooled = hidden[:, 0]
         else:
-            rows = torch.arange(len(batch), device=hidden.device)
-            pooled = hidden[rows, (batch.lengths - 1).clamp(min=0)]
+            pooled = self.newest_state(hidden, batch)
         return F.normalize(pooled, dim=-1) if self.config.normalize else pooled
+
+    @staticmethod
+    def newest_state(hidden: Tensor, batch: Batch) -> Tensor:
+        """``[B, d]`` the state at each history's newest position (``hidden`` ``[B, L, d]`` or
+        ``[B, 1, d]`` already there)."""
+        if hidden.shape[1] == 1:
+            return hidden[:, 0]
+        rows = torch.arange(len(batch), device=hidden.device)
+        return hidden[rows, (batch.lengths - 1).clamp(min=0)]
 
     def item_scores(self, batch: Batch) -> Tensor:
         """``[B, n_items]`` float32 score of every item as each history's next event, specials -inf:
-        catalogue logits, or with the repeat head the log-probabilities of the mixture."""
+        catalogue logits, or with the repeat head the log-probabilities of the mixture.
+
+        The next-item head reads the raw state at the newest position, the one it is trained on,
+        whatever the entity readout (``pooling``, ``normalize``) is: one bundle serves both jobs,
+        ranking with the next-event head and describing the entity with its own readout."""
         query = readout_objective(self.config.causal).query(batch)
-        newest_only = self.config.pooling == "last" and self.repeat is None
-        hidden = self(query, newest_only)
-        embedding = self.pool(hidden, query)
-        with torch.autocast(embedding.device.type, enabled=False):
-            logits = self.item_logits(embedding.float()).float()
+        hidden = self(query, newest_only=self.repeat is None)
+        state = self.newest_state(hidden, query)
+        with torch.autocast(state.device.type, enabled=False):
+            logits = self.item_logits(state.float()).float()
             if self.repeat is None:
                 return logits
             return mixture_log_scores(self.repeat, hidden, query, logits)
