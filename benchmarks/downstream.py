@@ -324,6 +324,9 @@ def main() -> None:
     parser.add_argument("--no-sample", action="store_true", help="skip the synthetic sample")
     parser.add_argument("--tasks", nargs="*", default=None, help="tasks (none: the sample only)")
     parser.add_argument(
+        "--tree-tasks", nargs="*", default=None, help="tasks for the tree probe too (default: all)"
+    )
+    parser.add_argument(
         "--checkpoint", choices=("best", "last"), default="best", help="which weights to embed with"
     )
     parser.add_argument("--tag", default="", help="names the output (e.g. an ablation)")
@@ -356,8 +359,9 @@ def main() -> None:
     sample_labels = sample.groupby("entity_id", as_index=False)["account_type"].first()
     sample_aggregates = aggregate_features(sample, SAMPLE_SCHEMA)
     cache, sample_cache = ScoreCache(work / "aggregate_scores.json"), ScoreCache(None)
+    tree_tasks = dataset.tree_tasks if args.tree_tasks is None else args.tree_tasks
     if not args.seeds:
-        evaluate(tasks, dataset.tree_tasks, labels, aggregates, None, on, cache)
+        evaluate(tasks, tree_tasks, labels, aggregates, None, on, cache)
         return
     runs, sample_runs, next_event, fit_s = [], [], [], []
     for seed in args.seeds:
@@ -370,9 +374,7 @@ def main() -> None:
             next_event.append(table)
             print(f"seed {seed}: {args.data} trained in {wall:.0f} s ({bundle})", flush=True)
             embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-            runs.append(
-                evaluate(tasks, dataset.tree_tasks, labels, aggregates, embeddings, on, cache)
-            )
+            runs.append(evaluate(tasks, tree_tasks, labels, aggregates, embeddings, on, cache))
         if args.no_sample:
             continue
         bundle, wall, _ = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)

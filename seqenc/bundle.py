@@ -19,10 +19,8 @@ file and the field. Lightning checkpoints are pickles: :func:`bundle_from_checkp
 Bundles are written to a temporary directory next to the target and renamed into place, so a crash
 never leaves a half-written bundle. Bundles written before ``vocab_sha256`` existed still load.
 
-A bundle reads event files with its id types (:attr:`BundleMeta.schema` as :func:`load_bundle`
-returns it): text item ids such as ``"000156"`` stay text in a CSV, integer ones are read as
-integers, so the same file means the same items at training and inference. Bundles written before
-``id_types`` existed get them from their vocabularies when loaded.
+A bundle reads event files with its id types (:attr:`BundleMeta.schema`): text ids such as
+``"000156"`` stay text in a CSV. Older bundles take them from their vocabularies when loaded.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from safetensors.torch import load_file, save_file
 from seqenc.atomic import atomic_directory
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
-from seqenc.data.vocab import Vocabularies
+from seqenc.data.vocab import Vocabularies, vocab_id_types
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.objectives import OBJECTIVES
@@ -256,20 +254,6 @@ def _check_vocabs(
         )
 
 
-def _vocab_id_types(schema: EventSchema, vocabs: Vocabularies, where: str) -> EventSchema:
-    """``schema`` with the id type of the item and every categorical column set to its
-    vocabulary's type; an explicit type that contradicts the vocabulary is refused."""
-    found = {schema.item: vocabs.item, **{c: vocabs.categorical[c] for c in schema.categorical}}
-    types = {c: "int" if v.dtype == "int64" else "string" for c, v in found.items()}
-    for column, kind in types.items():
-        if schema.id_type(column) not in ("auto", kind):
-            raise SeqencError(
-                f"{where}: schema.id_types[{column!r}] is {schema.id_type(column)!r} but its "
-                f"vocabulary holds {'integers' if kind == 'int' else 'text'}"
-            )
-    return schema.with_id_types(types)
-
-
 def _replaceable(target: Path) -> bool:
     """An existing bundle directory (or an empty one) may be replaced by a new bundle."""
     return (target / CONFIG_FILE).is_file() or not any(target.iterdir())
@@ -296,7 +280,7 @@ def save_bundle(
         "objective": objective,
         "max_len": spec.max_len,
         "encoder": config,
-        "schema": _vocab_id_types(spec.schema, spec.vocabs, where),
+        "schema": vocab_id_types(spec.schema, spec.vocabs, where),
     }
     state = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items()}
     with atomic_directory(output_dir, _replaceable, "a seqenc bundle") as tmp:
@@ -346,7 +330,7 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
     elif file_sha256(vocab_path) != meta.vocab_sha256:
         raise SeqencError(f"{str(vocab_path)!r} is corrupt: its SHA-256 differs from config.json's")
     _check_vocabs(vocabs, meta.encoder, meta.schema, str(vocab_path))
-    meta = replace(meta, schema=_vocab_id_types(meta.schema, vocabs, str(vocab_path)))
+    meta = replace(meta, schema=vocab_id_types(meta.schema, vocabs, str(vocab_path)))
 
     weights = path / WEIGHTS_FILE
     if not weights.is_file():

@@ -332,7 +332,9 @@ def test_prep_tafeng_counts_and_forward_labels(shared_data, tmp_path):
     assert (static["age_under_35"] == under.astype(float)).all()
     # Training events and forward inputs end at the cut-off; the February labels come after it.
     cutoff = pd.Timestamp("2001-01-31", tz="UTC")
-    assert train["timestamp"].max() == cutoff and len(train) == (events["timestamp"] <= cutoff).sum()
+    assert (
+        train["timestamp"].max() == cutoff and len(train) == (events["timestamp"] <= cutoff).sum()
+    )
     forward = labels[labels["buys_february"].notna()]
     assert (forward["as_of"] == cutoff).all()
     assert set(forward["customer_id"]) == set(train["customer_id"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import numpy as np
@@ -144,7 +145,11 @@ def test_bad_inputs_raise_clear_errors(encoder, events):
 def test_recommend_matches_naive_scoring(encoder, events):
     subset = events[events.entity_id.isin(events.entity_id.unique()[:6])]
     recs = encoder.recommend(subset, k=5)
-    embeddings = encoder.encode(subset, output="numpy")
+    # The next-item head reads the raw newest state, whatever the entity readout: the embedding
+    # of the same weights read out with pooling "last", unnormalised.
+    newest = copy.deepcopy(encoder)
+    newest.model.config.pooling, newest.model.config.normalize = "last", False
+    embeddings = newest.encode(subset, output="numpy")
     table = encoder.model.item_embedding.weight.detach().numpy()
     items = encoder.vocabs.item.values.to_numpy()  # id N_SPECIAL + k ↔ items[k]
     for entity, vector in zip(embeddings.entity_ids, embeddings.embeddings, strict=True):

@@ -11,7 +11,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "seqenc"
 
 # Bottom to top: a module may import its own layer or a lower one, never a higher one.
 LAYERS = [
-    ["seqenc.errors", "seqenc.version", "seqenc.atomic", "seqenc.metrics", "seqenc.model"],
+    [
+        "seqenc.errors",
+        "seqenc.version",
+        "seqenc.atomic",
+        "seqenc.signals",
+        "seqenc.cli_support",  # one-line errors for every command's main (onnx, probe, cli)
+        "seqenc.metrics",
+        "seqenc.model",
+    ],
     ["seqenc.data"],
     ["seqenc.bundle", "seqenc.baselines"],
     [
@@ -21,10 +29,11 @@ LAYERS = [
         "seqenc.outputs",
         "seqenc.state",
         "seqenc.inference",
+        "seqenc.ties",
         "seqenc.incremental",
     ],
     ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
-    ["seqenc.cli", "seqenc.cli_support"],
+    ["seqenc.cli"],
 ]
 
 

@@ -194,3 +194,17 @@ class Vocabularies:
             item=Vocabulary.from_dict(d["item"]),
             categorical={k: Vocabulary.from_dict(v) for k, v in d["categorical"].items()},
         )
+
+
+def vocab_id_types(schema: EventSchema, vocabs: Vocabularies, where: str) -> EventSchema:
+    """``schema`` with the id type of the item and every categorical column set to its
+    vocabulary's type; an explicit type that contradicts the vocabulary is refused."""
+    found = {schema.item: vocabs.item, **{c: vocabs.categorical[c] for c in schema.categorical}}
+    types = {c: "int" if v.dtype == "int64" else "string" for c, v in found.items()}
+    for column, kind in types.items():
+        if schema.id_type(column) not in ("auto", kind):
+            raise SeqencError(
+                f"{where}: schema.id_types[{column!r}] is {schema.id_type(column)!r} but its "
+                f"vocabulary holds {'integers' if kind == 'int' else 'text'}"
+            )
+    return schema.with_id_types(types)
