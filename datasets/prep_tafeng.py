@@ -61,7 +61,9 @@ def read_raw(data: Path) -> pd.DataFrame:
         raise PrepError(f"cannot read {str(path)!r}: {e}") from e
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
-        raise PrepError(f"{str(path)!r} has no column {missing[0]!r} (columns: {list(raw.columns)})")
+        raise PrepError(
+            f"{str(path)!r} has no column {missing[0]!r} (columns: {list(raw.columns)})"
+        )
     df = raw[list(COLUMNS)].rename(columns=COLUMNS)
     for column in ("customer_id", "product_id", "subclass", "date"):
         empty = df[column].str.strip() == ""
@@ -84,7 +86,9 @@ def events_table(df: pd.DataFrame) -> pd.DataFrame:
     day = pd.to_datetime(df["date"], format="%m/%d/%Y", errors="coerce", utc=True)
     if day.isna().any():
         row = int(np.flatnonzero(day.isna())[0])
-        raise PrepError(f"{FILE}: row {row}: TRANSACTION_DT {df['date'].iloc[row]!r} is not m/d/yyyy")
+        raise PrepError(
+            f"{FILE}: row {row}: TRANSACTION_DT {df['date'].iloc[row]!r} is not m/d/yyyy"
+        )
     return pd.DataFrame(
         {
             "customer_id": df["customer_id"].to_numpy(),
@@ -119,7 +123,9 @@ def labels_table(df: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     before = events[events["timestamp"] <= CUTOFF]
     february = events[events["timestamp"] > CUTOFF]
     spend = february.groupby("customer_id")["price"].sum()
-    forward = pd.DataFrame({"customer_id": np.sort(before["customer_id"].unique()), "as_of": CUTOFF})
+    forward = pd.DataFrame(
+        {"customer_id": np.sort(before["customer_id"].unique()), "as_of": CUTOFF}
+    )
     got = spend.reindex(forward["customer_id"]).to_numpy()
     forward["buys_february"] = np.isfinite(got).astype(float)
     forward["february_spend"] = np.log1p(np.nan_to_num(got, nan=0.0))
@@ -136,7 +142,9 @@ def write_parquet(df: pd.DataFrame, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="../shared/data/ta-feng", help="folder of ta_feng.csv.zip")
+    parser.add_argument(
+        "--data", default="../shared/data/ta-feng", help="folder of ta_feng.csv.zip"
+    )
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     try:
