@@ -90,12 +90,12 @@ def _numeric_stats(ev: pd.DataFrame, column: str, by: list[str]) -> pd.DataFrame
     return stats.join(q)
 
 
-def _gap_stats(ev: pd.DataFrame, times: str, prefix: str) -> pd.DataFrame:
-    """Mean, std, median, max of the days between consecutive ``times`` of each ``_row``
+def _gap_stats(ev: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Mean, std, median, max of the days between consecutive times ``_t`` of each ``_row``
     (``ev`` sorted by row then time)."""
     rows = ev["_row"].to_numpy()
     same = rows[1:] == rows[:-1]
-    gaps = np.where(same, np.diff(ev[times].to_numpy()) / DAY, np.nan)
+    gaps = np.where(same, np.diff(ev["_t"].to_numpy()) / DAY, np.nan)
     frame = pd.DataFrame({"_row": rows, "_gap": np.concatenate([[np.nan], gaps])})
     gap = frame.groupby("_row", sort=True)["_gap"].agg(["mean", "std", "median", "max"])
     return gap.rename(columns=lambda s: f"{prefix}_{s}")
@@ -107,8 +107,9 @@ def _time_features(ev: pd.DataFrame, g, n: pd.Series) -> pd.DataFrame:
     ref, first, last = g["_ref"].first(), g["_t"].min(), g["_t"].max()
     tenure = (ref - first) / DAY
     sessions = ev.drop_duplicates(["_row", "_t"])
-    n_sessions = sessions.groupby("_row", sort=True).size().astype(float)
-    size = ev.groupby(["_row", "_t"], sort=True).size().groupby(level=0).agg(["mean", "max"])
+    per_session = ev.groupby(["_row", "_t"], sort=True).size().groupby(level=0)
+    size = per_session.agg(["size", "mean", "max"])
+    n_sessions = size["size"].astype(float)
     out = pd.DataFrame(
         {
             "tenure_days": tenure,
@@ -120,9 +121,7 @@ def _time_features(ev: pd.DataFrame, g, n: pd.Series) -> pd.DataFrame:
             "session_size_max": size["max"].astype(float),
         }
     )
-    return out.join(_gap_stats(ev, "_t", "gap_days")).join(
-        _gap_stats(sessions, "_t", "session_gap_days")
-    )
+    return out.join(_gap_stats(ev, "gap_days")).join(_gap_stats(sessions, "session_gap_days"))
 
 
 def _value_features(
