@@ -18,6 +18,7 @@ import torch
 
 from seqenc.model.batch import Batch
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.readout import entity_readout
 
 N_ITEMS, ROUNDS = 2003, 7
 
@@ -41,7 +42,9 @@ def main() -> None:
     model = SequenceEncoder(config).eval()
     batches = [full_batch(8, 512), full_batch(32, 128), full_batch(128, 32)]
     ways = {
-        "full forward, then the newest row": lambda b: model.pool(model(b), b),
+        "full forward, then the newest row": lambda b: entity_readout(
+            model(b), b.lengths, "last", False
+        ),
         "newest position only in the last block": model.entity_embedding,
     }
     times: dict[str, list[float]] = {name: [] for name in ways}

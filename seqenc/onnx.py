@@ -20,12 +20,11 @@ numeric       [B, L, N]    ``N > 0`` numeric columns
 ============  ===========  ======================================================================
 
 Output ``embedding`` ``[B, d]`` float32. The torch readout takes two data-dependent branches that
-a trace would freeze, and indexes rows by a batch size the trace would freeze too; the graph runs an
-equivalent path instead (:class:`EmbeddingGraph`, :func:`append_mask`), with the same values on any
-batch: the masked objective's [MASK] always goes into one appended column (torch appends one only
-when a row is full; an extra padding key is masked out of every softmax, and positions do not
-depend on the width), and the key-padding mask is always applied (torch drops it when every row is
-full, where it masks nothing). Causal attention (SDPA with ``is_causal``) exports as is at opset 17,
+a trace would freeze; the graph traces the model's own readout with ``traced=True``
+(:meth:`SequenceEncoder.entity_embedding`), which takes the branch that holds on any batch: the
+masked objective's [MASK] always goes into one appended column (an extra padding key is masked out
+of every softmax, and positions do not depend on the width), and the last block runs every
+position. Causal attention (SDPA with ``is_causal``) exports as is at opset 17,
 where the exporter writes the lower-triangular mask into the graph.
 
 Files: the graph (default ``<bundle>/model.onnx``, inside the bundle so it ships with it) and a
@@ -40,14 +39,13 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqenc.atomic import atomic_file
 from seqenc.backends import ONNX_FILE
 from seqenc.bundle import BundleMeta, file_sha256, load_bundle
 from seqenc.errors import SeqencError
-from seqenc.model.batch import MASK, Batch
+from seqenc.model.batch import Batch
 from seqenc.model.encoder import SequenceEncoder
 from seqenc.version import __version__
 
@@ -70,13 +68,9 @@ def graph_inputs(meta: BundleMeta) -> list[str]:
 
 
 class EmbeddingGraph(nn.Module):
-    """``entity_embedding`` over positional tensors (the ones :func:`graph_inputs` names).
-
-    The readout around :meth:`SequenceEncoder.forward` (``Masked.query``, ``pool``) indexes rows by
-    ``torch.arange(len(batch))``, which the tracer records as a constant batch size, so it is
-    restated here with ``scatter`` / ``gather`` along the length axis: the same values, any batch
-    size (the parity tests compare the two on other batch sizes than the trace's).
-    """
+    """``entity_embedding`` over positional tensors (the ones :func:`graph_inputs` names): the
+    model's own readout, in its ``traced`` form (the branches a trace can follow; the parity tests
+    compare the two on other batch sizes than the trace's)."""
 
     def __init__(self, encoder: SequenceEncoder, inputs: list[str]) -> None:
         super().__init__()
@@ -86,46 +80,17 @@ class EmbeddingGraph(nn.Module):
         given = dict(zip(self.inputs, tensors, strict=True))
         items, lengths = given["items"], given["lengths"]
         zeros = torch.zeros_like(items, dtype=torch.float32)
-        fields = {
-            "items": items,
-            "dt_prev": given.get("dt_prev", zeros),
-            "dt_ref": given.get("dt_ref", zeros),
-            "categorical": given.get("categorical", items[..., None][..., :0]),
-            "numeric": given.get("numeric", zeros[..., None][..., :0]),
-        }
-        gap = given.get("dt_query", zeros[:, 0])
-        config = self.encoder.config
-        if not config.causal:
-            fields = append_mask(fields, lengths, gap)
-            lengths, gap = lengths + 1, torch.zeros_like(gap)
-        batch = Batch(lengths=lengths, index=lengths, dt_query=gap, **fields)
-        hidden = self.encoder(batch)
-        if config.pooling == "mean":
-            weights = batch.padding_mask.to(hidden.dtype)[..., None]
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        else:
-            last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, hidden.shape[-1])
-            pooled = hidden.gather(1, last)[:, 0]
-        return F.normalize(pooled, dim=-1) if config.normalize else pooled
-
-
-def append_mask(fields: dict[str, Tensor], lengths: Tensor, gap: Tensor) -> dict[str, Tensor]:
-    """``Masked.query`` for the graph: one column more, then at ``lengths`` a [MASK] whose
-    ``dt_prev`` is the query gap and whose other fields are 0. Torch widens the batch only when a
-    row is full; the extra padding column changes nothing (it is masked out of every softmax and
-    positions do not depend on the width)."""
-    values = {"items": MASK, "dt_prev": gap, "dt_ref": 0.0, "categorical": 0, "numeric": 0.0}
-    out = {}
-    for name, t in fields.items():
-        t = torch.cat([t, torch.zeros_like(t[:, :1])], dim=1)
-        if t.dim() == 3 and not t.shape[-1]:  # no such feature columns
-            out[name] = t
-            continue
-        index = lengths.view(-1, *[1] * (t.dim() - 1)).expand(-1, 1, *t.shape[2:])
-        value = values[name]
-        src = value.view(-1, *[1] * (t.dim() - 1)) if isinstance(value, Tensor) else value
-        out[name] = t.scatter(1, index, torch.zeros_like(index, dtype=t.dtype) + src)
-    return out
+        batch = Batch(
+            items=items,
+            lengths=lengths,
+            dt_prev=given.get("dt_prev", zeros),
+            dt_ref=given.get("dt_ref", zeros),
+            categorical=given.get("categorical", items[..., None][..., :0]),
+            numeric=given.get("numeric", zeros[..., None][..., :0]),
+            index=lengths,
+            dt_query=given.get("dt_query", zeros[:, 0]),
+        )
+        return self.encoder.entity_embedding(batch, traced=True)
 
 
 def example_inputs(meta: BundleMeta, inputs: list[str]) -> tuple[Tensor, ...]:

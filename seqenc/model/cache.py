@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.functional import scaled_dot_product_attention
 
@@ -24,6 +23,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
 from seqenc.model.embeddings import time_bucket
 from seqenc.model.encoder import SequenceEncoder
+from seqenc.model.readout import newest_state, pool, real_sum
 
 
 @dataclass
@@ -74,7 +74,7 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
     rows, width = batch.items.shape
     device = batch.items.device
     slots = cache.lengths[:, None] + torch.arange(width, device=device)[None, :]  # [B, M]
-    positions = slots.clamp(max=config.max_len)  # padding rows past the table stay finite
+    positions = slots.clamp(max=config.n_positions - 1)  # padding rows past the table stay finite
     x = model.embed(batch, positions)
     total = cache.keys.shape[2]
     slots = slots.clamp(max=total - 1)
@@ -119,13 +119,7 @@ def readout(
     (``"mean"``, from the running sum); the returned ``prefix_sums`` exclude the newest position,
     which the next extension recomputes.
     """
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
-    older = torch.arange(hidden.shape[1], device=hidden.device)[None, :] < (lengths - 1)[:, None]
-    newest = hidden[rows, lengths - 1]
-    prefix_sum = prefix_sum + (hidden * older[..., None].to(hidden.dtype)).sum(1)
-    if model.config.pooling == "mean":
-        pooled = (prefix_sum + newest) / total.to(hidden.dtype)[:, None]
-    else:
-        pooled = newest
-    pooled = F.normalize(pooled, dim=-1) if model.config.normalize else pooled
-    return pooled, prefix_sum
+    newest = newest_state(hidden, lengths)
+    prefix_sum = prefix_sum + real_sum(hidden, lengths - 1)
+    config = model.config
+    return pool(newest, prefix_sum + newest, total, config.pooling, config.normalize), prefix_sum

@@ -8,9 +8,9 @@ after its history and reading the hidden state there).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqenc.errors import SeqencError
@@ -20,6 +20,7 @@ from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
+from seqenc.model.readout import entity_readout, newest_state
 from seqenc.model.repeat import RepeatHead, mixture_log_scores
 
 POSITIONALS = ("learned", "rope", "none")
@@ -30,12 +31,18 @@ POOLINGS = ("last", "mean")
 class EncoderConfig:
     """Architecture of a :class:`SequenceEncoder`.
 
+    The fields the data decides (``n_items``, ``n_positions``, ``categorical_sizes``,
+    ``n_numeric``) and ``causal`` (the objective's) are set by :class:`~seqenc.module.SeqencModule`
+    from the data; ``n_items=0`` means not set yet, and a model cannot be built from it.
+
     Attributes:
         n_items: item vocabulary size including the 3 specials (PAD=0, MASK=1, UNK=2).
         dropout: on embeddings and residual branches.
         attention_dropout: on the attention probabilities, in training only (the original SASRec's
             regulariser for short, sparse histories).
-        max_len: longest history expected; the model holds ``max_len + 1`` positions (appended MASK).
+        n_positions: position capacity: the position tables' rows, so a batch is at most this
+            wide. A model fed ``history_len`` events holds ``history_len + 1`` (the appended
+            [MASK], or the training window's extra event).
         positional: ``"learned"`` position embeddings, ``"rope"`` rotary q/k, or ``"none"``.
         time: the switch for every time input: learned embeddings of the log-bucketed gap from the
             previous event (``dt_prev``) and the options below.
@@ -44,7 +51,8 @@ class EncoderConfig:
         time_bias: (with ``time``) a learned per-head, per-layer attention bias over log-bucketed
             ``|t_i - t_j|`` (TiSASRec / HSTU style); SDPA then cannot use the Flash kernel.
         repeat_head: score items of the entity's own history by a copy attention mixed in through
-            a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``.
+            a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (only before
+            :class:`~seqenc.module.SeqencModule` resolves it from the data) builds no head.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -54,19 +62,19 @@ class EncoderConfig:
         normalize: L2-normalise the entity embedding.
     """
 
-    n_items: int
+    n_items: int = 0
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 2
     ffn_mult: int = 4
     dropout: float = 0.2
     attention_dropout: float = 0.0
-    max_len: int = 512
+    n_positions: int = 513
     positional: str = "learned"
     time: bool = True
     query_time: bool = True
     time_bias: bool = False
-    repeat_head: bool = False
+    repeat_head: bool | None = False
     recency: bool = False
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()
@@ -79,7 +87,7 @@ class EncoderConfig:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
         checks = [
             (
-                self.n_items > N_SPECIAL,
+                self.n_items > N_SPECIAL or self.n_items == 0,
                 f"n_items={self.n_items} must exceed the {N_SPECIAL} special ids",
             ),
             (
@@ -96,7 +104,10 @@ class EncoderConfig:
                 0.0 <= self.attention_dropout < 1.0,
                 f"attention_dropout={self.attention_dropout} not in [0, 1)",
             ),
-            (self.max_len >= 1 and self.n_layers >= 1, "max_len and n_layers must be >= 1"),
+            (
+                self.n_positions >= 2 and self.n_layers >= 1,
+                f"n_positions={self.n_positions} must be >= 2 and n_layers={self.n_layers} >= 1",
+            ),
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
             (
@@ -107,6 +118,16 @@ class EncoderConfig:
         for ok, message in checks:
             if not ok:
                 raise SeqencError(f"EncoderConfig: {message}")
+
+    @staticmethod
+    def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
+        """A saved configuration's fields with today's names: one written before the lengths were
+        named (bundle format 1, older checkpoints) holds ``max_len``, the longest history, which is
+        ``n_positions - 1``."""
+        if "max_len" not in saved:
+            return saved
+        rest = {k: v for k, v in saved.items() if k != "max_len"}
+        return rest | {"n_positions": saved["max_len"] + 1}
 
 
 class Block(nn.Module):
@@ -168,11 +189,13 @@ class SequenceEncoder(nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
+        if config.n_items == 0:
+            raise SeqencError("EncoderConfig: n_items is not set (the data sets it)")
         self.config = config
         self.embed = TokenEmbedding(
             n_items=config.n_items,
             d_model=config.d_model,
-            max_len=config.max_len,
+            n_positions=config.n_positions,
             learned_positions=config.positional == "learned",
             time=config.time,
             query_time=config.query_time,
@@ -182,7 +205,7 @@ class SequenceEncoder(nn.Module):
             n_numeric=config.n_numeric,
         )
         self.rope = (
-            RotaryEmbedding(config.d_model // config.n_heads, config.max_len)
+            RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)
             if config.positional == "rope"
             else None
         )
@@ -208,10 +231,10 @@ class SequenceEncoder(nn.Module):
         then skips every other position (the readout of a last-position embedding needs no more).
         """
         width = batch.items.shape[1]
-        if width > self.config.max_len + 1:
+        if width > self.config.n_positions:
             raise SeqencError(
-                f"batch width {width} exceeds max_len + 1 = {self.config.max_len + 1}; "
-                "truncate histories to max_len events"
+                f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
+                f"feed at most {self.config.n_positions - 1} events per history"
             )
         x = self.drop(self.embed(batch))
         causal = self.config.causal
@@ -229,39 +252,28 @@ class SequenceEncoder(nn.Module):
             return self.ln_final(last.newest(x, self.rope, batch.lengths))
         x = self.ln_final(last(x, causal, mask, self.rope, gaps, batch.lengths))
         if newest_only:
-            rows = torch.arange(len(batch), device=x.device)
-            return x[rows, (batch.lengths - 1).clamp(min=0)][:, None]
+            return newest_state(x, batch.lengths)[:, None]
         return x
 
-    def entity_embedding(self, batch: Batch) -> Tensor:
+    def entity_embedding(self, batch: Batch, traced: bool = False) -> Tensor:
         """``[B, d]`` one vector per history.
 
         The objective decides where (:meth:`~seqenc.model.objectives.Causal.query`): causal, the hidden
         state at the last real event; bidirectional, at a [MASK] appended after the history. ``pooling="mean"`` averages the real positions instead (including
-        the appended MASK when bidirectional). An empty history gives a finite vector.
+        the appended MASK when bidirectional); :func:`~seqenc.model.readout.entity_readout` is the
+        rule. An empty history gives a finite vector. ``traced``: only the branches a trace can
+        follow (:mod:`seqenc.onnx`): the [MASK] column is always appended and the last block runs
+        every position; the same values.
         """
-        batch = readout_objective(self.config.causal).query(batch)
-        last = self.config.pooling == "last"
-        return self.pool(self(batch, newest_only=last), batch)
+        query = readout_objective(self.config.causal).query(batch, widen=True if traced else None)
+        hidden, lengths = self.final_states(query, self.config.pooling == "last" and not traced)
+        return entity_readout(hidden, lengths, self.config.pooling, self.config.normalize)
 
-    def pool(self, hidden: Tensor, batch: Batch) -> Tensor:
-        """``[B, d]`` the configured pooling of ``hidden`` (see :meth:`entity_embedding`):
-        ``[B, L, d]`` states, or ``[B, 1, d]`` already at the newest position."""
-        if self.config.pooling == "mean":
-            weights = batch.padding_mask.to(hidden.dtype)[..., None]
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        else:
-            pooled = self.newest_state(hidden, batch)
-        return F.normalize(pooled, dim=-1) if self.config.normalize else pooled
-
-    @staticmethod
-    def newest_state(hidden: Tensor, batch: Batch) -> Tensor:
-        """``[B, d]`` the state at each history's newest position (``hidden`` ``[B, L, d]`` or
-        ``[B, 1, d]`` already there)."""
-        if hidden.shape[1] == 1:
-            return hidden[:, 0]
-        rows = torch.arange(len(batch), device=hidden.device)
-        return hidden[rows, (batch.lengths - 1).clamp(min=0)]
+    def final_states(self, batch: Batch, newest_only: bool) -> tuple[Tensor, Tensor]:
+        """``(hidden, lengths)`` for the readout: every position's state, or with ``newest_only``
+        the newest one's (``[B, 1, d]``, lengths clamped to 1)."""
+        hidden = self(batch, newest_only=newest_only)
+        return hidden, batch.lengths.clamp(max=1) if newest_only else batch.lengths
 
     def item_scores(self, batch: Batch) -> Tensor:
         """``[B, n_items]`` float32 score of every item as each history's next event, specials -inf:
@@ -271,8 +283,8 @@ class SequenceEncoder(nn.Module):
         whatever the entity readout (``pooling``, ``normalize``) is: one bundle serves both jobs,
         ranking with the next-event head and describing the entity with its own readout."""
         query = readout_objective(self.config.causal).query(batch)
-        hidden = self(query, newest_only=self.repeat is None)
-        state = self.newest_state(hidden, query)
+        hidden, lengths = self.final_states(query, newest_only=self.repeat is None)
+        state = newest_state(hidden, lengths)
         with torch.autocast(state.device.type, enabled=False):
             logits = self.item_logits(state.float()).float()
             if self.repeat is None:

@@ -48,8 +48,8 @@ class Causal:
             inputs, dt_ref=dt_ref * inputs.padding_mask, dt_query=target_gap[:, 0]
         ), labels
 
-    def query(self, batch: Batch) -> Batch:
-        """The history itself: its newest event is read out."""
+    def query(self, batch: Batch, widen: bool | None = None) -> Batch:
+        """The history itself: its newest event is read out (``widen`` is the masked query's)."""
         return batch
 
 
@@ -81,42 +81,33 @@ class Masked:
         )
         return replace(batch, items=items), labels
 
-    def query(self, batch: Batch) -> Batch:
+    def query(self, batch: Batch, widen: bool | None = None) -> Batch:
         """The batch with one [MASK] token right after each history (lengths + 1).
 
-        The width grows by one only when some row is full. The MASK token's ``dt_prev`` is the query
-        gap (from the last event to the time the embedding is for, :attr:`Batch.query_gap`) and its
-        ``dt_ref`` is 0: it stands for "the next event, at the query time". Its categorical ids and
-        numeric values are 0.
+        The width grows by one when ``widen``; by default only when some row is full (a trace
+        passes ``True``: an extra padding column is masked out of every softmax and positions do
+        not depend on the width, so the values are the same). The MASK token's ``dt_prev`` is the
+        query gap (from the last event to the time the embedding is for, :attr:`Batch.query_gap`)
+        and its ``dt_ref`` is 0: it stands for "the next event, at the query time". Its categorical
+        ids and numeric values are 0. Written with ``scatter``, so a trace keeps the batch size.
         """
-        lengths = batch.lengths
-        grow = int(bool((lengths >= batch.items.shape[1]).any()))
+        lengths, gap = batch.lengths, batch.query_gap
+        if widen is None:
+            widen = bool((lengths >= batch.items.shape[1]).any())
+        values = {"items": MASK, "dt_prev": gap, "dt_ref": 0.0, "categorical": 0, "numeric": 0.0}
+        fields = {name: _put(getattr(batch, name), lengths, v, widen) for name, v in values.items()}
+        return replace(batch, **fields, lengths=lengths + 1, dt_query=torch.zeros_like(gap))
 
-        def widen(t: Tensor) -> Tensor:
-            if not grow:
-                return t.clone()
-            pad = t.new_zeros((t.shape[0], grow, *t.shape[2:]))
-            return torch.cat([t, pad], dim=1)
 
-        rows = torch.arange(len(batch), device=lengths.device)
-        gap = batch.query_gap
-        items, dt_prev, dt_ref = widen(batch.items), widen(batch.dt_prev), widen(batch.dt_ref)
-        categorical, numeric = widen(batch.categorical), widen(batch.numeric)
-        items[rows, lengths] = MASK
-        dt_prev[rows, lengths] = gap
-        dt_ref[rows, lengths] = 0.0
-        categorical[rows, lengths] = 0
-        numeric[rows, lengths] = 0.0
-        return replace(
-            batch,
-            items=items,
-            lengths=lengths + 1,
-            dt_prev=dt_prev,
-            dt_ref=dt_ref,
-            categorical=categorical,
-            numeric=numeric,
-            dt_query=torch.zeros_like(gap),
-        )
+def _put(t: Tensor, at: Tensor, value: Tensor | float, widen: bool) -> Tensor:
+    """A copy of ``t`` (``[B, L, ...]``; one zero column more when ``widen``) holding ``value``
+    (a scalar or ``[B]``) at position ``at[b]`` of each row."""
+    t = torch.cat([t, torch.zeros_like(t[:, :1])], dim=1) if widen else t.clone()
+    if t.dim() == 3 and not t.shape[-1]:  # no such feature columns
+        return t
+    index = at.view(-1, *[1] * (t.dim() - 1)).expand(-1, 1, *t.shape[2:])
+    src = value.view(-1, *[1] * (t.dim() - 1)) if isinstance(value, Tensor) else value
+    return t.scatter(1, index, torch.zeros_like(index, dtype=t.dtype) + src)
 
 
 Objective = Causal | Masked

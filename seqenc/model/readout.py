@@ -1,0 +1,48 @@
+"""Where an entity is read out: the encoder's final hidden states → one embedding per history.
+
+The one readout rule, used by :meth:`SequenceEncoder.entity_embedding
+<seqenc.model.encoder.SequenceEncoder.entity_embedding>`, the incremental cache
+(:func:`seqenc.model.cache.readout`) and the ONNX graph (:mod:`seqenc.onnx`): ``pooling="last"``
+takes the state at the newest real position, ``"mean"`` averages the real positions; then
+``normalize`` scales it to unit L2 norm. Rows are gathered, never indexed by ``arange(batch)``, so a
+trace keeps the batch size dynamic.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def newest_state(hidden: Tensor, lengths: Tensor) -> Tensor:
+    """``[B, d]`` the state at each row's newest real position of ``hidden`` ``[B, L, d]``
+    (position 0 for an empty row)."""
+    index = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, hidden.shape[-1])
+    return hidden.gather(1, index)[:, 0]
+
+
+def real_sum(hidden: Tensor, lengths: Tensor) -> Tensor:
+    """``[B, d]`` the sum of ``hidden`` ``[B, L, d]`` over each row's first ``lengths`` positions."""
+    positions = torch.arange(hidden.shape[1], device=hidden.device)
+    weights = (positions[None, :] < lengths[:, None]).to(hidden.dtype)[..., None]
+    return (hidden * weights).sum(1)
+
+
+def pool(newest: Tensor, total: Tensor, count: Tensor, pooling: str, normalize: bool) -> Tensor:
+    """``[B, d]`` the readout from a row's summaries: its ``newest`` state (``"last"``) or
+    ``total / count`` (``"mean"``, over ``count`` real positions, at least 1), then the optional L2
+    normalisation. ``newest`` or ``total`` may be ``None`` when the pooling does not read it."""
+    if pooling == "mean":
+        pooled = total / count.to(total.dtype).clamp(min=1.0)[:, None]
+    else:
+        pooled = newest
+    return F.normalize(pooled, dim=-1) if normalize else pooled
+
+
+def entity_readout(hidden: Tensor, lengths: Tensor, pooling: str, normalize: bool) -> Tensor:
+    """``[B, d]`` the entity embeddings of ``hidden`` ``[B, L, d]``, rows of ``lengths`` real
+    positions (:func:`pool` of :func:`newest_state` or :func:`real_sum`)."""
+    if pooling == "mean":
+        return pool(None, real_sum(hidden, lengths), lengths, pooling, normalize)
+    return pool(newest_state(hidden, lengths), None, lengths, pooling, normalize)
