@@ -1,8 +1,9 @@
-"""What runs the encoder's forward pass for :meth:`~seqenc.inference.Encoder.encode` and the
-export: the bundle's torch model, or an ONNX Runtime session on the graph ``seqenc onnx`` wrote.
+"""What runs the encoder's forward pass for every encode (:mod:`seqenc.encoding`): the bundle's
+torch model, or an ONNX Runtime session on the graph ``seqenc onnx`` wrote.
 
 A backend is one method, ``embed(batch) -> [B, d] float32 numpy``; batching, vocabularies and
-output columns stay in :mod:`seqenc.inference`, so both backends see the same batches.
+output columns stay in the encoding core (:mod:`seqenc.encoding`), so both backends see the same
+batches. :func:`runtime_backend` is the one place a backend is chosen by name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from seqenc.data.batches import Batch
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
+BACKENDS = ("torch", "onnxruntime")
 ONNX_FILE = "model.onnx"  # default place of the graph: inside the bundle, so it ships with it
 ORT_TYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(double)": np.float64}
 
@@ -95,3 +97,21 @@ class OnnxRuntimeBackend:
             for name in self.inputs
         }
         return self.session.run(None, feeds)[0]
+
+
+def check_backend(name: str) -> None:
+    """Refuse a backend name other than :data:`BACKENDS`, in one line."""
+    if name not in BACKENDS:
+        raise SeqencError(f"backend must be one of {BACKENDS}, got {name!r}")
+
+
+def runtime_backend(
+    name: str, bundle: str | Path, meta: BundleMeta, onnx: str | Path | None = None
+) -> OnnxRuntimeBackend | None:
+    """The backend called ``name`` for the bundle at ``bundle``: ``None`` for ``"torch"`` (the
+    bundle's own model runs), else an ONNX Runtime session on the graph ``onnx`` (default
+    ``<bundle>/model.onnx``, written by ``seqenc onnx``), on the CPU."""
+    check_backend(name)
+    if name == "torch":
+        return None
+    return OnnxRuntimeBackend(Path(bundle) / ONNX_FILE if onnx is None else Path(onnx), meta)

@@ -145,9 +145,9 @@ def embed_main(argv: list[str]) -> None:
     """``seqenc embed --model BUNDLE --events PATH_OR_GLOB --output PATH [...]``."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    from seqenc.backends import ONNX_FILE
+    from seqenc.backends import BACKENDS, ONNX_FILE
+    from seqenc.encoding import ON_EMPTY
     from seqenc.export import export_embeddings
-    from seqenc.inference import BACKENDS, ON_EMPTY
 
     parser = argparse.ArgumentParser(
         prog="seqenc embed",

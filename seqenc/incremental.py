@@ -2,15 +2,15 @@
 re-encoding it (causal models only; the torch part is :mod:`seqenc.model.cache`).
 
 :meth:`Encoder.state <seqenc.inference.Encoder.state>` encodes a log once and keeps, per entity, the
-events of its window (the newest ``max_len``), every layer's keys and values there, the running sum
+events of its window (the newest ``history_len``), every layer's keys and values there, the running sum
 of the final hidden states (mean pooling) and the embedding. :meth:`Encoder.update
 <seqenc.inference.Encoder.update>` then gives the embeddings :meth:`Encoder.encode
 <seqenc.inference.Encoder.encode>` would give on the old and new events together:
 
-- an entity with new events whose window still fits ``max_len`` is *extended*: its previous newest
+- an entity with new events whose window still fits ``history_len`` is *extended*: its previous newest
   position (whose query gap becomes the gap to the first new event) and the new events run against
   the cached keys and values of the older positions. Exact up to float rounding.
-- an entity whose window would pass ``max_len`` is *re-encoded*: its newest ``max_len`` events
+- an entity whose window would pass ``history_len`` is *re-encoded*: its newest ``history_len`` events
   (kept in the state) run from scratch, as ``encode`` does; every learned position and every
   older position's attention changes when the window slides, so no cache survives (counted as
   ``n_reencoded``).
@@ -40,8 +40,8 @@ from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
+from seqenc.encoding import MAX_TOKENS, Counts, LoadedBundle, sequences
 from seqenc.errors import SeqencError
-from seqenc.inference import MAX_TOKENS, Encoder, sequences
 from seqenc.model.cache import KVCache, check_incremental, extend, readout
 from seqenc.outputs import embedding_output, entity_table
 from seqenc.state import EVENT_FIELDS, EncoderState, check_state, empty_state
@@ -72,7 +72,7 @@ def _join(state: EncoderState, ids: pa.Array) -> tuple[pa.Array, np.ndarray, np.
 
 @torch.inference_mode()
 def update_state(
-    encoder: Encoder,
+    encoder: LoadedBundle,
     state: EncoderState,
     events: Source | None,
     as_of: object = None,
@@ -87,14 +87,13 @@ def update_state(
     check_state(state, meta)
     ref = None if as_of is None else epoch_seconds(as_of)
     if events is None:
-        new, n_skipped = _no_events(state, meta.schema), 0
+        new = _no_events(state, meta.schema)
+        counts = Counts()
         new_keys = state.tail.schema.empty_table()
     else:
         table = read_events(events, meta.schema)
-        new, n_skipped = sequences(
-            Events(table, meta.schema), meta, encoder.vocabs, as_of, on_empty
-        )
-        encoder._report(new, n_skipped)
+        new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, as_of, on_empty)
+        counts.report()
         new_keys = tie_keys(table, meta.schema, ref, state.tail.schema)
     ids, old_row, new_row = _join(state, new.entity_ids)
     had, got = old_row >= 0, new_row >= 0
@@ -103,9 +102,9 @@ def update_state(
     first_new = new.timestamps[new.offsets[:-1]] if len(new) else np.zeros(0)
     _check_order(ids, had & got, old_last, _of(first_new, new_row, np.inf), ref)
 
-    # The new window of every entity: the newest max_len of (state window, new events).
+    # The new window of every entity: the newest history_len of (state window, new events).
     total = old_len + new_len
-    width = np.minimum(total, meta.max_len)
+    width = np.minimum(total, meta.history_len)
     drop = total - width
     offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
     owner = np.repeat(np.arange(len(ids)), width)
@@ -182,10 +181,7 @@ def update_state(
         "n_requeried": int(requery.sum()),
         "n_unchanged": int((had & ~run).sum()),
         "n_positions": int(chunk.sum()),
-        "n_unknown_items": new.n_unknown_items,
-        "n_skipped": n_skipped,
-        "n_unknown_categorical": new.n_unknown_categorical,
-    }
+    } | counts.output()
     return EncoderState(
         entity_ids=ids,
         offsets=offsets,
@@ -280,7 +276,7 @@ def _check_order(
 
 
 def _run_batch(
-    encoder: Encoder,
+    encoder: LoadedBundle,
     idx: np.ndarray,
     offsets: np.ndarray,
     keep: np.ndarray,
@@ -343,14 +339,14 @@ def _run_batch(
 
 
 def build_state(
-    encoder: Encoder, events: Source, as_of: object = None, on_empty: str = "raise"
+    encoder: LoadedBundle, events: Source, as_of: object = None, on_empty: str = "raise"
 ) -> EncoderState:
     """The state of ``events`` (an update of the empty state)."""
     check_incremental(encoder.model)
     return update_state(encoder, empty_state(encoder.meta), events, as_of, on_empty)
 
 
-def state_output(encoder: Encoder, state: EncoderState, as_of: object, output: str) -> Any:
+def state_output(encoder: LoadedBundle, state: EncoderState, as_of: object, output: str) -> Any:
     """The state's embeddings in ``encode``'s ``output`` form, the call's counts attached."""
     columns = entity_table(
         state.entity_ids, state.lengths, state.newest_times() if state.has_time else None

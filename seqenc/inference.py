@@ -4,148 +4,44 @@
 >>> df = enc.encode(events, as_of="2024-06-01")                # doctest: +SKIP
 
 Events go through the same path as training (:func:`~seqenc.data.sequences.build_sequences` with the
-bundle's schema, vocabularies and ``max_len``): items the model never saw become UNK (counted and
-logged, never an error). Entities are batched by history length (:class:`BucketBatchSampler`, no
-shuffle) and the results scattered back, so an entity's embedding does not depend on which other
+bundle's schema, vocabularies and ``history_len``): items the model never saw become UNK (counted
+and logged, never an error). Entities are batched by history length within a token budget
+(:func:`seqenc.encoding.iter_batches`) and the results scattered back, so an entity's embedding does not depend on which other
 entities are in the call or on the batch size (up to float rounding), and the model runs in eval mode
 under ``torch.inference_mode`` (no dropout): two calls give identical results. On CUDA the encoder
 runs under bf16 autocast; embeddings are always returned as float32.
 
 ``backend="onnxruntime"`` runs the forward pass of :meth:`Encoder.encode` through ONNX Runtime on
 the graph ``seqenc onnx`` writes (:mod:`seqenc.backends`), with the same batches; ``recommend``
-stays on torch.
+stays on torch. The encoding itself is the core's (:mod:`seqenc.encoding`); this module is the
+facade: output forms, incremental states, recommendations.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
-from seqenc.backends import ONNX_FILE, Backend, OnnxRuntimeBackend, TorchBackend
-from seqenc.bundle import BundleMeta, load_bundle
-from seqenc.data.batches import Batch, collate
-from seqenc.data.events import Events, Source, read_events
-from seqenc.data.sampling import token_batches
-from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
-from seqenc.data.split import full_view
-from seqenc.data.vocab import N_SPECIAL, Vocabularies
+from seqenc.data.batches import Batch
+from seqenc.data.events import Source
+from seqenc.data.vocab import N_SPECIAL
+from seqenc.encoding import MAX_TOKENS, OUTPUTS, LoadedBundle, encode_events, iter_batches, load_on
+from seqenc.encoding.options import check_choice
+from seqenc.encoding.store import sequences
 from seqenc.errors import SeqencError
-from seqenc.model.encoder import SequenceEncoder
-from seqenc.outputs import Embeddings, embedding_output, entity_table
-
-if TYPE_CHECKING:
-    from seqenc.state import EncoderState
-
-log = logging.getLogger(__name__)
-OUTPUTS = ("pandas", "numpy", "torch", "arrow")
-ON_EMPTY = ("raise", "skip")
-BACKENDS = ("torch", "onnxruntime")
-# Padded positions per forward pass: batches whose activations stay near the CPU's caches run
-# fastest (2,048 beat 4,096 by 7-10 % at d=128 and tied at d=64: BENCHMARKS.md).
-MAX_TOKENS = 2048
+from seqenc.incremental import build_state, state_output, update_state
+from seqenc.outputs import Embeddings, embedding_output
+from seqenc.state import EncoderState, load_state
 
 
-# ---------------------------------------------------------------------------------------------
-# Building blocks shared with seqenc.export
-
-
-def sequences(
-    events: Source,
-    meta: BundleMeta,
-    vocabs: Vocabularies,
-    as_of: object = None,
-    on_empty: str = "raise",
-    max_len: int | None = None,
-) -> tuple[SequenceStore, int]:
-    """``(store, n_skipped)``: the log's histories encoded with the bundle's vocabularies.
-
-    An entity has no usable events when all of them are later than ``as_of``; ``on_empty="raise"``
-    then raises (naming one such entity), ``"skip"`` leaves it out and counts it in ``n_skipped``.
-    ``max_len`` truncates the stored histories (``None`` keeps them whole).
-    """
-    if on_empty not in ON_EMPTY:
-        raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
-    schema = meta.schema
-    table = read_events(events, schema)
-    store, _ = build_sequences(
-        Events(table, schema), schema, max_len=max_len, as_of=as_of, vocabs=vocabs
-    )
-    entities = pc.unique(table[schema.entity])
-    n_skipped = len(entities) - len(store)
-    if n_skipped and on_empty == "raise":
-        example = entities.filter(pc.invert(pc.is_in(entities, value_set=store.entity_ids)))[0]
-        raise SeqencError(
-            f"{n_skipped} entit{'y has' if n_skipped == 1 else 'ies have'} no event at or before "
-            f"as_of={as_of!r}, e.g. {schema.entity}={example.as_py()!r}; pass on_empty='skip' "
-            "to leave such entities out"
-        )
-    return store, n_skipped
-
-
-def iter_batches(
-    store: SequenceStore,
-    max_len: int,
-    batch_size: int,
-    rank: int = 0,
-    world_size: int = 1,
-    with_seen: bool = False,
-    max_tokens: int = MAX_TOKENS,
-) -> Iterator[Batch]:
-    """Length-sorted batches of whole histories (newest ``max_len`` events), each at most
-    ``batch_size`` histories and ``max_tokens`` padded positions (:func:`token_batches`), so
-    mixed lengths are not padded to the longest of a large batch; ``Batch.index`` is the store
-    row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
-    cover every entity exactly once."""
-    if batch_size < 1 or max_tokens < 1:
-        raise SeqencError(f"batch_size and max_tokens must be >= 1, got {batch_size}, {max_tokens}")
-    view = full_view(store)
-    lengths = np.minimum(view.lengths, max_len)
-    batches = token_batches(np.argsort(lengths, kind="stable"), lengths, max_tokens, batch_size)
-    for idx in batches[rank::world_size]:
-        yield collate(view, idx, max_len, with_seen=with_seen)
-
-
-def entity_columns(store: SequenceStore, rows: np.ndarray, max_len: int) -> pa.Table:
-    """``entity_id``, ``n_events`` (history length fed to the model) and ``last_event_time`` of
-    store ``rows``; ``last_event_time`` is null when the log has no times."""
-    ends = store.offsets[rows + 1]
-    return entity_table(
-        store.entity_ids.take(pa.array(rows)),
-        np.minimum(ends - store.offsets[rows], max_len),
-        store.timestamps[np.maximum(ends - 1, 0)] if store.has_time else None,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Public API
-
-
-class Encoder:
-    """A loaded bundle on a device; see :func:`load_encoder`."""
-
-    def __init__(
-        self,
-        model: SequenceEncoder,
-        meta: BundleMeta,
-        vocabs: Vocabularies,
-        device: torch.device,
-        backend: Backend | None = None,
-    ) -> None:
-        self.model, self.meta, self.vocabs, self.device = (
-            model.to(device).eval(),
-            meta,
-            vocabs,
-            device,
-        )
-        self.backend = TorchBackend(self.model, device) if backend is None else backend
+class Encoder(LoadedBundle):
+    """A loaded bundle on a device (``Encoder(model, meta, vocabs, device, backend=None)``); see
+    :func:`load_encoder`."""
 
     @property
     def dim(self) -> int:
@@ -154,11 +50,6 @@ class Encoder:
     def __repr__(self) -> str:
         m = self.meta
         return f"Encoder(name={m.name!r}, objective={m.objective!r}, dim={m.dim}, device={self.device})"
-
-    def _report(self, store: SequenceStore, n_skipped: int) -> None:
-        log_unknown_values(store.n_events, store.n_unknown_items, store.n_unknown_categorical)
-        if n_skipped:
-            log.warning("skipped %d entities with no event at or before as_of", n_skipped)
 
     @torch.inference_mode()
     def encode(
@@ -187,20 +78,9 @@ class Encoder:
                 ``"torch"`` (an :class:`Embeddings`).
             on_empty: what to do with an entity whose events all lie after ``as_of``.
         """
-        if output not in OUTPUTS:
-            raise SeqencError(f"output must be one of {OUTPUTS}, got {output!r}")
-        max_len = self.meta.max_len
-        store, n_skipped = sequences(events, self.meta, self.vocabs, as_of, on_empty, max_len)
-        self._report(store, n_skipped)
-        out = np.zeros((len(store), self.dim), dtype=np.float32)
-        for batch in iter_batches(store, max_len, batch_size, max_tokens=max_tokens):
-            out[batch.index.numpy()] = self.backend.embed(batch)
-        counts = {
-            "n_unknown_items": store.n_unknown_items,
-            "n_skipped": n_skipped,
-            "n_unknown_categorical": store.n_unknown_categorical,
-        }
-        columns = entity_columns(store, np.arange(len(store)), max_len)
+        check_choice("output", output, OUTPUTS)
+        done = encode_events(self, events, as_of, on_empty, batch_size, max_tokens)
+        out, counts, columns = done.embeddings, done.counts.output(), done.columns
         return embedding_output(columns, out, counts, self.meta, as_of, output)
 
     def state(
@@ -212,8 +92,6 @@ class Encoder:
         """Encode ``events`` keeping what :meth:`update` needs to extend each history (causal
         models; see :mod:`seqenc.incremental`). The embeddings: ``state_output``, or the next
         :meth:`update`. Runs the torch model in float32 whatever the backend."""
-        from seqenc.incremental import build_state
-
         return build_state(self, events, as_of, on_empty)
 
     def update(
@@ -229,17 +107,12 @@ class Encoder:
         positions; ``state`` is left as it was. ``events=None``: no new event, only a new
         ``as_of`` (a time-aware model's embeddings move with the query time). The counts of what ran are in ``new_state.stats``
         (and the pandas attrs / arrow metadata)."""
-        from seqenc.incremental import state_output, update_state
-
-        if output not in OUTPUTS:
-            raise SeqencError(f"output must be one of {OUTPUTS}, got {output!r}")
+        check_choice("output", output, OUTPUTS)
         new_state = update_state(self, state, events, as_of, on_empty)
         return state_output(self, new_state, as_of, output), new_state
 
     def load_state(self, path: str | Path) -> EncoderState:
         """A state saved by ``EncoderState.save``; refused if another bundle made it."""
-        from seqenc.state import load_state
-
         return load_state(path, self.meta)
 
     @torch.inference_mode()
@@ -257,29 +130,17 @@ class Encoder:
 
         Returns a long DataFrame: ``entity_id``, ``rank`` (1 = best), ``item_id`` (original item
         values) and ``score``, sorted by entity then rank. With ``filter_seen`` an item anywhere in
-        the entity's history (not only its newest ``max_len`` events) is never recommended, so an
+        the entity's history (not only its newest ``history_len`` events) is never recommended, so an
         entity may get fewer than ``k`` rows.
         """
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise SeqencError(f"k must be a positive integer, got {k!r}")
-        store, n_skipped = sequences(events, self.meta, self.vocabs, as_of, on_empty, None)
-        self._report(store, n_skipped)
+        store, counts = sequences(events, self.meta, self.vocabs, as_of, on_empty, None)
+        counts.report()
         k = min(int(k), len(self.vocabs.item) - N_SPECIAL)
-        rows, items, scores = [], [], []
-        for batch in iter_batches(store, self.meta.max_len, batch_size, with_seen=filter_seen):
-            batch = batch.to(self.device)
-            device = batch.items.device
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                logits = self.model.item_scores(batch)  # with the repeat head: the mixture
-            if filter_seen:
-                logits[batch.seen[0], batch.seen[1]] = -torch.inf
-            top = logits.topk(k, dim=1)
-            rows.append(batch.index.cpu().numpy().repeat(k))
-            items.append(top.indices.cpu().numpy().ravel())
-            scores.append(top.values.float().cpu().numpy().ravel())
-        rows, items, scores = (
-            np.concatenate(x) if x else np.zeros(0) for x in (rows, items, scores)
-        )
+        batches = iter_batches(store, self.meta.history_len, batch_size, with_seen=filter_seen)
+        found = [self._top(b, k, filter_seen) for b in batches] or [(np.zeros(0),) * 3]
+        rows, items, scores = (np.concatenate(x) for x in zip(*found, strict=True))
         keep = np.isfinite(scores)
         rank = np.tile(np.arange(1, k + 1), len(rows) // k)[keep]
         rows, items, scores = (
@@ -299,14 +160,20 @@ class Encoder:
         )
         return table.sort_by([("entity_id", "ascending"), ("rank", "ascending")]).to_pandas()
 
-
-def _device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except RuntimeError as e:
-        raise SeqencError(f"unknown device {device!r}: {e}") from e
+    def _top(self, batch: Batch, k: int, filter_seen: bool) -> tuple[np.ndarray, ...]:
+        """``(rows, items, scores)`` flat: each history's ``k`` best items (-inf where seen)."""
+        batch = batch.to(self.device)
+        device = batch.items.device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = self.model.item_scores(batch)  # with the repeat head: the mixture
+        if filter_seen:
+            logits[batch.seen[0], batch.seen[1]] = -torch.inf
+        top = logits.topk(k, dim=1)
+        return (
+            batch.index.cpu().numpy().repeat(k),
+            top.indices.cpu().numpy().ravel(),
+            top.values.float().cpu().numpy().ravel(),
+        )
 
 
 def load_encoder(
@@ -320,13 +187,8 @@ def load_encoder(
     ``backend="onnxruntime"`` embeds through the graph ``onnx`` (default ``<bundle>/model.onnx``,
     written by ``seqenc onnx``) on the CPU; the torch model still serves ``recommend``.
     """
-    if backend not in BACKENDS:
-        raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    model, meta, vocabs = load_bundle(path)
-    runtime = None
-    if backend == "onnxruntime":
-        runtime = OnnxRuntimeBackend(Path(path) / ONNX_FILE if onnx is None else Path(onnx), meta)
-    return Encoder(model, meta, vocabs, _device(device), runtime)
+    bundle = load_on(path, device, backend, onnx)
+    return Encoder(bundle.model, bundle.meta, bundle.vocabs, bundle.device, bundle.backend)
 
 
 def encode(events: Source, model: str | Path | Encoder, **kwargs: Any) -> Any:

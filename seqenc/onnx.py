@@ -96,7 +96,7 @@ class EmbeddingGraph(nn.Module):
 def example_inputs(meta: BundleMeta, inputs: list[str]) -> tuple[Tensor, ...]:
     """A small batch to trace with: mixed lengths with an empty row, so the key-padding mask is in
     the graph."""
-    enc, width = meta.encoder, min(3, meta.max_len)
+    enc, width = meta.encoder, min(3, meta.history_len)
     g = torch.Generator().manual_seed(0)
     lengths = torch.tensor([width, 1, 0]).clamp(max=width)
     batch_size = len(lengths)

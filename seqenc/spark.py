@@ -8,10 +8,10 @@ however the DataFrame is partitioned.
 How: the events are hash-partitioned by entity (``repartition(n, entity)``) and sorted by entity
 inside each partition, so every entity's events lie contiguous in exactly one partition.
 ``mapInArrow`` (Arrow batches, no pandas round trip) then streams each partition: batches are
-gathered into chunks of about ``chunk_events`` events, each cut after its last complete entity, and
-every chunk goes through :meth:`Encoder.encode` with the bundle's schema, vocabularies and
-``max_len``, so an executor holds one chunk at a time and the encode code is the one the library
-uses everywhere. An entity's embedding depends only on its own events, hence not on the
+gathered into chunks of about ``events_per_call`` events, each cut after its last complete entity,
+and every chunk goes through the encoding core (:func:`seqenc.encoding.encode_events`, the code
+``Encoder.encode`` runs) with the bundle's schema, vocabularies and ``history_len``, so an executor
+holds one chunk at a time. An entity's embedding depends only on its own events, hence not on the
 partitioning or the chunking.
 
 The bundle is loaded once per Python worker (Spark reuses workers between tasks): a module-level
@@ -21,12 +21,18 @@ with ``ship=True``, through ``SparkContext.addFile`` (copied into every executor
 found there with ``SparkFiles.get``). Each task runs torch with as many threads as the task has CPUs
 (``spark.task.cpus``, default 1), so the executors' cores are not oversubscribed.
 
-Entities whose events all lie after ``as_of`` are left out (as ``seqenc embed`` does by default).
+Entities whose events all lie after ``as_of`` are left out by default (``on_empty="skip"``, as
+``seqenc embed`` does).
+
+``events_per_call`` was called ``chunk_events`` up to 0.1.0; that keyword still works for one release,
+with a :class:`DeprecationWarning` (the export's ``chunk_events``, the size of its temporary
+partitions, is another thing).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,11 +41,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from seqenc.backends import check_backend
 from seqenc.bundle import load_bundle
+from seqenc.encoding import ON_EMPTY, LoadedBundle, encode_events, load_on
+from seqenc.encoding.options import check_choice, positive_int
 from seqenc.errors import SeqencError
-from seqenc.inference import BACKENDS, Encoder, load_encoder
+from seqenc.outputs import with_embeddings
 
-_ENCODERS: dict[tuple[str, str, str], Encoder] = {}
+_BUNDLES: dict[tuple[str, str, str], LoadedBundle] = {}
 
 
 def encode(
@@ -50,8 +59,10 @@ def encode(
     *,
     ship: bool = False,
     num_partitions: int | None = None,
-    chunk_events: int = 200_000,
+    events_per_call: int = 200_000,
     backend: str = "torch",
+    on_empty: str = "skip",
+    chunk_events: int | None = None,
 ) -> Any:
     """One embedding per entity of the Spark DataFrame ``df`` (the bundle's schema columns).
 
@@ -63,8 +74,11 @@ def encode(
         ship: send the bundle to the executors with ``SparkContext.addFile``.
         num_partitions: partitions of the shuffle by entity (default
             ``spark.sql.shuffle.partitions``).
-        chunk_events: events per :meth:`Encoder.encode` call on an executor (bounds its memory).
+        events_per_call: events per encode call on an executor (bounds its memory).
         backend: ``"torch"`` or ``"onnxruntime"`` (the graph ``seqenc onnx`` wrote into the bundle).
+        on_empty: ``"skip"`` leaves out an entity whose events all lie after ``as_of``;
+            ``"raise"`` fails the job on it.
+        chunk_events: the former name of ``events_per_call`` (deprecated).
 
     Returns:
         A DataFrame with ``entity_id`` (the entity column's type), ``embedding`` (array<float>),
@@ -73,10 +87,16 @@ def encode(
     """
     from pyspark.sql import types as T
 
-    if backend not in BACKENDS:
-        raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if isinstance(chunk_events, bool) or not isinstance(chunk_events, int) or chunk_events < 1:
-        raise SeqencError(f"chunk_events must be a positive integer, got {chunk_events!r}")
+    check_backend(backend)
+    check_choice("on_empty", on_empty, ON_EMPTY)
+    if chunk_events is not None:
+        warnings.warn(
+            "seqenc.spark.encode(chunk_events=...) is now events_per_call=...",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        events_per_call = positive_int("chunk_events", chunk_events)
+    positive_int("events_per_call", events_per_call)
     path = Path(model).resolve()
     _, meta, _ = load_bundle(path)  # a broken bundle fails here, on the driver
     schema = meta.schema
@@ -103,8 +123,9 @@ def encode(
         backend=backend,
         entity=schema.entity,
         as_of=as_of,
+        on_empty=on_empty,
         batch_size=batch_size,
-        chunk_events=chunk_events,
+        events_per_call=events_per_call,
     )
     events = df.select(*schema.columns)
     by_entity = (
@@ -115,17 +136,17 @@ def encode(
     return by_entity.sortWithinPartitions(schema.entity).mapInArrow(run, output)
 
 
-def cached_encoder(path: str, weights_sha256: str, backend: str) -> Encoder:
-    """The bundle at ``path`` on this worker, loaded on first use; it must be the driver's."""
+def cached_bundle(path: str, weights_sha256: str, backend: str) -> LoadedBundle:
+    """The bundle at ``path`` on this worker's CPU, loaded on first use; it must be the driver's."""
     key = (path, weights_sha256, backend)
-    if key not in _ENCODERS:
-        encoder = load_encoder(path, "cpu", backend)
-        if encoder.meta.weights_sha256 != weights_sha256:
+    if key not in _BUNDLES:
+        bundle = load_on(path, "cpu", backend)
+        if bundle.meta.weights_sha256 != weights_sha256:
             raise SeqencError(
                 f"the bundle at {path!r} on this executor has other weights than the driver's"
             )
-        _ENCODERS[key] = encoder
-    return _ENCODERS[key]
+        _BUNDLES[key] = bundle
+    return _BUNDLES[key]
 
 
 def _encode_partition(
@@ -136,21 +157,21 @@ def _encode_partition(
     backend: str,
     entity: str,
     as_of: object,
+    on_empty: str,
     batch_size: int,
-    chunk_events: int,
+    events_per_call: int,
 ) -> Iterator[pa.RecordBatch]:
     """One partition (sorted by entity) → record batches of the output columns."""
     from pyspark import SparkFiles, TaskContext
 
     path = SparkFiles.get(location) if shipped else location
-    encoder = cached_encoder(path, weights_sha256, backend)
+    bundle = cached_bundle(path, weights_sha256, backend)
     context = TaskContext.get()
     torch.set_num_threads(max(1, context.cpus() if context is not None else 1))
 
     def run(table: pa.Table) -> Iterator[pa.RecordBatch]:
-        out = encoder.encode(
-            table, as_of=as_of, batch_size=batch_size, output="arrow", on_empty="skip"
-        )
+        done = encode_events(bundle, table, as_of, on_empty, batch_size)
+        out = with_embeddings(done.columns, done.embeddings)
         columns = {
             "entity_id": out["entity_id"].cast(table.schema.field(entity).type),
             "embedding": out["embedding"].cast(pa.list_(pa.float32())),
@@ -164,7 +185,7 @@ def _encode_partition(
     for batch in batches:
         pending.append(batch)
         n_pending += batch.num_rows
-        if n_pending < chunk_events:
+        if n_pending < events_per_call:
             continue
         table = pa.Table.from_batches(pending)
         ids = table[entity]

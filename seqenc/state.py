@@ -32,7 +32,7 @@ ENTITY_FIELDS = ("query_gap", "prefix_sum", "embeddings")
 class EncoderState:
     """Per-entity caches of an incremental encode; jagged like a
     :class:`~seqenc.data.sequences.SequenceStore` (entity ``i`` owns positions
-    ``offsets[i]:offsets[i + 1]``, oldest first, at most ``max_len``).
+    ``offsets[i]:offsets[i + 1]``, oldest first, at most ``history_len``).
 
     Attributes:
         entity_ids: ascending.
@@ -248,8 +248,8 @@ def _check_shapes(state: EncoderState, meta: BundleMeta, where: str) -> None:
                 f"{where!r}: array {name!r} has shape {getattr(state, name).shape}, expected {shape}"
             )
     lengths = np.diff(offsets)
-    if offsets[0] != 0 or (lengths < 1).any() or (lengths > meta.max_len).any():
-        raise SeqencError(f"{where!r}: entity offsets are not increasing within max_len")
+    if offsets[0] != 0 or (lengths < 1).any() or (lengths > meta.history_len).any():
+        raise SeqencError(f"{where!r}: entity offsets are not increasing within history_len")
     newest = state.timestamps == np.repeat(state.newest_times(), lengths)
     if state.has_time and len(state.tail) != int(newest.sum()):
         raise SeqencError(

@@ -21,17 +21,18 @@ LAYERS = [
         "seqenc.model",
     ],
     ["seqenc.data"],
-    ["seqenc.bundle", "seqenc.baselines"],
+    ["seqenc.bundle", "seqenc.checkpoint", "seqenc.testing", "seqenc.baselines"],
     [
         "seqenc.module",
         "seqenc.callbacks",
         "seqenc.backends",
         "seqenc.outputs",
         "seqenc.state",
-        "seqenc.inference",
         "seqenc.ties",
-        "seqenc.incremental",
     ],
+    ["seqenc.encoding"],  # the encoding core: every encode path calls it
+    ["seqenc.incremental"],
+    ["seqenc.inference"],  # the Encoder facade over the core and incremental encoding
     ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
     ["seqenc.cli"],
 ]
@@ -53,14 +54,67 @@ def modules() -> dict[str, Path]:
 
 
 def imports(path: Path) -> set[str]:
-    """Every seqenc module ``path`` imports, at any depth of its code."""
+    """Every seqenc module ``path`` imports, at any depth of its code (imports inside functions,
+    run only when called, included); ``from seqenc import x`` names the module ``seqenc.x``."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("seqenc"):
             out.add(node.module)
+            if node.module == "seqenc":
+                out |= {f"seqenc.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("seqenc")}
     return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the package modules it imports (the package face ``seqenc`` left out: it names
+    everything, lazily)."""
+    found = modules()
+    return {
+        name: {t for t in imports(path) if t in found and t != "seqenc"}
+        for name, path in found.items()
+        if name != "seqenc"
+    }
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: each strongly connected set of two or more modules (or a
+    module importing itself), sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members = []
+            while not members or members[-1] != node:
+                members.append(stack.pop())
+            if len(members) > 1 or node in graph[node]:
+                out.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_circles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert circles(graph) == [["a", "b", "c"], ["e"]]
+
+
+def test_no_import_circle():
+    assert circles(import_graph()) == []
 
 
 def test_no_import_runs_back_up():

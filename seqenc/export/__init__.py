@@ -50,29 +50,22 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
-from seqenc.backends import ONNX_FILE, OnnxRuntimeBackend
+from seqenc.backends import check_backend, runtime_backend
 from seqenc.bundle import load_bundle
 from seqenc.data.events import epoch_seconds
 from seqenc.data.paths import expand_paths, would_read
-from seqenc.data.sequences import log_unknown_values
+from seqenc.encoding.options import ON_EMPTY, check_choice, positive_int
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
 from seqenc.export.predict import EmbeddingModule, ExportDataModule
 from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
-from seqenc.inference import BACKENDS, ON_EMPTY
 from seqenc.outputs import file_metadata
 from seqenc.signals import sigterm_raises
 
 __all__ = ["export_embeddings", "output_schema", "partition_of"]
 
 log = logging.getLogger(__name__)
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SeqencError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _only_shards(path: Path) -> bool:
@@ -143,19 +136,16 @@ def export_embeddings(
         ("batch_size", batch_size),
         ("row_group_size", row_group_size),
     ]:
-        _positive_int(name, value)
-    if on_empty not in ON_EMPTY:
-        raise SeqencError(f"on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
+        positive_int(name, value)
+    check_choice("on_empty", on_empty, ON_EMPTY)
     if as_of is not None:
         epoch_seconds(as_of)  # a bad time fails before any work
-    if backend not in BACKENDS:
-        raise SeqencError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend(backend)
     files = expand_paths(events)
     _refuse_overwriting_inputs(events, files, Path(output))
     encoder, meta, vocabs = load_bundle(model)
-    runtime = None
-    if backend == "onnxruntime":
-        runtime = OnnxRuntimeBackend(Path(model) / ONNX_FILE if onnx is None else Path(onnx), meta)
+    runtime = runtime_backend(backend, model, meta, onnx)
+    if runtime is not None:
         if accelerator not in ("auto", "cpu"):
             raise SeqencError(
                 f"backend='onnxruntime' runs on the CPU, not accelerator={accelerator!r}"
@@ -193,16 +183,14 @@ def export_embeddings(
         scratch.release()
     stats = datamodule.dataset
     if trainer.is_global_zero and stats is not None:
-        log_unknown_values(stats.n_events, stats.n_unknown_items, dict(stats.n_unknown_categorical))
-        if stats.n_skipped:
-            log.warning("skipped %d entities with no event at or before as_of", stats.n_skipped)
+        stats.counts.report()
         if stats.n_duplicated_newest:
             log.warning(
                 "%d entities have their newest event twice or more (every column equal); kept as "
                 "given: if the log holds delivery duplicates, drop them first",
                 stats.n_duplicated_newest,
             )
-        if not stats.n_entities:
+        if not stats.counts.n_entities:
             log.warning(
                 "no entity has an event at or before as_of=%s: %s holds 0 rows "
                 "(on_empty='raise' makes this an error)",

@@ -1,8 +1,9 @@
 """Pass 2 of the export as Lightning ``predict``: partitions → length-sorted batches → embeddings.
 
 Rank 0 partitions the input (``prepare_data``) while the others wait; then every rank reads every
-partition and embeds every ``W``-th batch (``BucketBatchSampler(rank, world_size,
-even_shards=False)``), so the ranks together cover every entity exactly once.
+partition and embeds every ``W``-th batch of the encoding core
+(:func:`seqenc.encoding.iter_batches` with ``rank, world_size``), so the ranks together cover every
+entity exactly once.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import ctypes
 import ctypes.util
 import math
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from seqenc.data.batches import Batch
 from seqenc.data.duplicates import duplicated_newest
 from seqenc.data.events import epoch_seconds
 from seqenc.data.vocab import Vocabularies
+from seqenc.encoding import Counts, entity_columns, iter_batches, sequences
 from seqenc.export.partition import (
     count_events,
     entity_type,
@@ -34,7 +35,6 @@ from seqenc.export.partition import (
     read_partition,
 )
 from seqenc.export.scratch import Scratch
-from seqenc.inference import entity_columns, iter_batches, sequences
 from seqenc.model.encoder import SequenceEncoder
 
 
@@ -56,26 +56,22 @@ class PartitionBatches(IterableDataset):
         self.partitions, self.meta, self.vocabs = partitions, meta, vocabs
         self.as_of, self.on_empty, self.batch_size = as_of, on_empty, batch_size
         self.rank, self.world_size = rank, world_size
-        self.n_skipped = self.n_unknown_items = self.n_events = self.n_entities = 0
+        self.counts = Counts()
         self.n_duplicated_newest = 0
-        self.n_unknown_categorical: Counter[str] = Counter()
 
     def __iter__(self) -> Iterator[tuple[Batch, pa.Table]]:
-        max_len = self.meta.max_len
+        history_len = self.meta.history_len
         as_of = None if self.as_of is None else epoch_seconds(self.as_of)
         for path in self.partitions:
             events = read_partition(path, self.meta.schema)
             self.n_duplicated_newest += duplicated_newest(events.table, self.meta.schema, as_of)
-            store, n_skipped = sequences(
-                events, self.meta, self.vocabs, self.as_of, self.on_empty, max_len
+            store, counts = sequences(
+                events, self.meta, self.vocabs, self.as_of, self.on_empty, history_len
             )
-            self.n_skipped += n_skipped
-            self.n_entities += len(store)
-            self.n_unknown_items += store.n_unknown_items
-            self.n_unknown_categorical.update(store.n_unknown_categorical)
-            self.n_events += store.n_events
-            for batch in iter_batches(store, max_len, self.batch_size, self.rank, self.world_size):
-                yield batch, entity_columns(store, batch.index.numpy(), max_len)
+            self.counts += counts
+            batches = iter_batches(store, history_len, self.batch_size, self.rank, self.world_size)
+            for batch in batches:
+                yield batch, entity_columns(store, batch.index.numpy(), history_len)
             del store, events
             release_freed_memory()
 

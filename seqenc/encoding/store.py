@@ -1,0 +1,121 @@
+"""Events → the bundle's encoded histories, the counts of one call, and the entity columns of
+every output."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seqenc.bundle import BundleMeta
+from seqenc.data.events import Events, Source, read_events
+from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
+from seqenc.data.vocab import Vocabularies
+from seqenc.encoding.options import ON_EMPTY, check_choice
+from seqenc.errors import SeqencError
+from seqenc.outputs import entity_table
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Counts:
+    """What one call met: every output carries the first three (pandas attrs, arrow metadata,
+    :class:`~seqenc.outputs.Embeddings`, the incremental state's ``stats``).
+
+    Attributes:
+        n_unknown_items: events whose item the model never saw (encoded as UNK).
+        n_skipped: entities left out for having no event at or before ``as_of``.
+        n_unknown_categorical: per categorical column, events whose value the model never saw.
+        n_events, n_entities: events and entities encoded (for the log lines and the export).
+    """
+
+    n_unknown_items: int = 0
+    n_skipped: int = 0
+    n_unknown_categorical: dict[str, int] = field(default_factory=dict)
+    n_events: int = 0
+    n_entities: int = 0
+
+    @classmethod
+    def of(cls, store: SequenceStore, n_skipped: int) -> Counts:
+        """The counts of ``store``, built with ``n_skipped`` entities left out."""
+        return cls(
+            store.n_unknown_items,
+            n_skipped,
+            dict(store.n_unknown_categorical),
+            store.n_events,
+            len(store),
+        )
+
+    def __add__(self, other: Counts) -> Counts:
+        categorical = dict(self.n_unknown_categorical)
+        for column, n in other.n_unknown_categorical.items():
+            categorical[column] = categorical.get(column, 0) + n
+        return Counts(
+            self.n_unknown_items + other.n_unknown_items,
+            self.n_skipped + other.n_skipped,
+            categorical,
+            self.n_events + other.n_events,
+            self.n_entities + other.n_entities,
+        )
+
+    def output(self) -> dict[str, Any]:
+        """The counts every output carries."""
+        return {
+            "n_unknown_items": self.n_unknown_items,
+            "n_skipped": self.n_skipped,
+            "n_unknown_categorical": self.n_unknown_categorical,
+        }
+
+    def report(self) -> None:
+        """Warn about unknown values and skipped entities (never an error)."""
+        log_unknown_values(self.n_events, self.n_unknown_items, self.n_unknown_categorical)
+        if self.n_skipped:
+            log.warning("skipped %d entities with no event at or before as_of", self.n_skipped)
+
+
+def sequences(
+    events: Source,
+    meta: BundleMeta,
+    vocabs: Vocabularies,
+    as_of: object = None,
+    on_empty: str = "raise",
+    max_len: int | None = None,
+) -> tuple[SequenceStore, Counts]:
+    """``(store, counts)``: the log's histories encoded with the bundle's vocabularies.
+
+    An entity has no usable events when all of them are later than ``as_of``; ``on_empty="raise"``
+    then raises (naming one such entity), ``"skip"`` leaves it out and counts it in ``n_skipped``.
+    ``max_len`` truncates the stored histories (``None`` keeps them whole).
+    """
+    check_choice("on_empty", on_empty, ON_EMPTY)
+    schema = meta.schema
+    table = read_events(events, schema)
+    store, _ = build_sequences(
+        Events(table, schema), schema, max_len=max_len, as_of=as_of, vocabs=vocabs
+    )
+    entities = pc.unique(table[schema.entity])
+    n_skipped = len(entities) - len(store)
+    if n_skipped and on_empty == "raise":
+        example = entities.filter(pc.invert(pc.is_in(entities, value_set=store.entity_ids)))[0]
+        raise SeqencError(
+            f"{n_skipped} entit{'y has' if n_skipped == 1 else 'ies have'} no event at or before "
+            f"as_of={as_of!r}, e.g. {schema.entity}={example.as_py()!r}; pass on_empty='skip' "
+            "to leave such entities out"
+        )
+    return store, Counts.of(store, n_skipped)
+
+
+def entity_columns(store: SequenceStore, rows: np.ndarray, history_len: int) -> pa.Table:
+    """``entity_id``, ``n_events`` (history length fed to the model: at most ``history_len``) and
+    ``last_event_time`` of store ``rows``; ``last_event_time`` is null when the log has no times."""
+    ends = store.offsets[rows + 1]
+    return entity_table(
+        store.entity_ids.take(pa.array(rows)),
+        np.minimum(ends - store.offsets[rows], history_len),
+        store.timestamps[np.maximum(ends - 1, 0)] if store.has_time else None,
+    )
