@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
 from seqenc.data.batches import Batch
@@ -42,32 +41,11 @@ from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
 from seqenc.encoding import MAX_TOKENS, Counts, LoadedBundle, sequences
 from seqenc.errors import SeqencError
+from seqenc.merge import Merge, merge, merged_windows, of
 from seqenc.model.cache import KVCache, check_incremental, extend, readout
 from seqenc.outputs import embedding_output, entity_table
-from seqenc.state import EVENT_FIELDS, EncoderState, check_state, empty_state
-from seqenc.ties import tie_keys, tie_order
-
-
-def _join(state: EncoderState, ids: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """``(all_ids, old_row, new_row)``: the sorted union of the state's and the new ids, and each
-    one's row in the state and in the new store (-1 where absent)."""
-    if not len(state):
-        return ids, np.full(len(ids), -1), np.arange(len(ids))
-    if ids.type != state.entity_ids.type:
-        try:
-            ids = ids.cast(state.entity_ids.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise SeqencError(
-                f"entity ids of the new events are {ids.type}, the state's are "
-                f"{state.entity_ids.type}: {e}"
-            ) from e
-    union = pc.unique(pa.concat_arrays([state.entity_ids, ids]))
-    union = union.take(pc.sort_indices(union))
-
-    def rows(of: pa.Array) -> np.ndarray:
-        return pc.fill_null(pc.index_in(union, value_set=of), -1).to_numpy().astype(np.int64)
-
-    return union, rows(state.entity_ids), rows(ids)
+from seqenc.state import EncoderState, check_state, empty_state
+from seqenc.ties import tie_keys
 
 
 @torch.inference_mode()
@@ -82,120 +60,95 @@ def update_state(
     """The state after ``events`` (see the module docstring; ``None``: no new event, only a new
     ``as_of``); ``on_empty`` as in ``encode``; ``max_tokens`` bounds the query plus key positions
     of each forward pass."""
-    model, meta = encoder.model, encoder.meta
-    check_incremental(model)
+    meta = encoder.meta
+    check_incremental(encoder.model)
     check_state(state, meta)
     ref = None if as_of is None else epoch_seconds(as_of)
-    if events is None:
-        new = _no_events(state, meta.schema)
-        counts = Counts()
-        new_keys = state.tail.schema.empty_table()
-    else:
-        table = read_events(events, meta.schema)
-        new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, as_of, on_empty)
-        counts.report()
-        new_keys = tie_keys(table, meta.schema, ref, state.tail.schema)
-    ids, old_row, new_row = _join(state, new.entity_ids)
-    had, got = old_row >= 0, new_row >= 0
-    old_len, new_len = _of(state.lengths, old_row, 0), _of(new.lengths, new_row, 0)
-    old_last = _of(state.newest_times(), old_row, -np.inf)
-    first_new = new.timestamps[new.offsets[:-1]] if len(new) else np.zeros(0)
-    _check_order(ids, had & got, old_last, _of(first_new, new_row, np.inf), ref)
-
-    # The new window of every entity: the newest history_len of (state window, new events).
-    total = old_len + new_len
-    width = np.minimum(total, meta.history_len)
-    drop = total - width
-    offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
-    owner = np.repeat(np.arange(len(ids)), width)
-    at = np.arange(offsets[-1]) - offsets[owner] + drop[owner]  # index in old ++ new
-    ties = had & got & (_of(first_new, new_row, np.inf) == old_last) & state.has_time
-    old_keys, tie_owner, slot, moved_from = tie_order(state, new, new_keys, old_row, new_row, ties)
-    base = np.cumsum(total) - total  # where each entity's old ++ new starts, flattened
-    flat = np.arange(int(total.sum()))
-    flat[base[tie_owner] + slot] = base[tie_owner] + moved_from
-    reordered = np.bincount(tie_owner, weights=slot != moved_from, minlength=len(ids)) > 0
-    old_start, new_start = _of(state.offsets[:-1], old_row, 0), _of(new.offsets[:-1], new_row, 0)
-
-    def source(index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(from_old, old_src, new_src)``: where index ``index`` of old ++ new is stored."""
-        from_old = index < old_len[owner]
-        old_src = np.where(from_old, old_start[owner] + index, 0)
-        return from_old, old_src, np.where(from_old, 0, new_start[owner] + index - old_len[owner])
-
-    # The events' fields follow the tie order; dt_prev is positional (0 inside a same-time block).
-    from_old, old_src, new_src = source(flat[base[owner] + at] - base[owner])
-    dt_prev = new.dt_prev.copy()
-    joins = had & got  # the first new event's gap runs from the state's newest event
-    dt_prev[new.offsets[new_row[joins]]] = (first_new[new_row[joins]] - old_last[joins]).astype(
-        np.float32
+    new, counts, new_keys = _new_events(encoder, state, events, as_of, on_empty, ref)
+    m = merge(state, new, meta.history_len)
+    _check_order(m.ids, m.had & m.got, m.old_last, m.first_new, ref)
+    window, tail, old_src, reordered = merged_windows(state, new, new_keys, m, meta.schema)
+    newest = window["timestamps"][m.offsets[1:] - 1] if len(m.ids) else np.zeros(0)
+    query_gap = (np.zeros(len(m.ids)) if ref is None else ref - newest).astype(np.float32)
+    caches, stats = _encode_windows(
+        encoder, state, m, window, old_src, reordered, query_gap, max_tokens
     )
-    fresh = {
-        "items": new.items,
-        "timestamps": new.timestamps,
-        "dt_prev": dt_prev,
-        "categorical": _columns(new.categorical, meta.schema.categorical, np.int64, len(new.items)),
-        "numeric": _columns(new.numeric, meta.schema.numeric, np.float32, len(new.items)),
-    }
-    window = {
-        name: _pick(from_old, getattr(state, name), old_src, fresh[name], new_src)
-        for name in EVENT_FIELDS
-        if name != "dt_prev"
-    }
-    at_old, at_old_src, at_new_src = source(at)
-    window["dt_prev"] = _pick(at_old, state.dt_prev, at_old_src, dt_prev, at_new_src)
-    newest = window["timestamps"][offsets[1:] - 1] if len(ids) else np.zeros(0)
-    at_newest = (window["timestamps"] == np.repeat(newest, width)) & state.has_time
-    tail_rows = len(state.tail) + new_src
-    tail_rows[from_old] = old_keys[old_src[from_old]]
-    old_tail = state.tail if state.tail.num_columns else new_keys.schema.empty_table()
-    tail = pa.concat_tables([old_tail, new_keys]).take(tail_rows[at_newest])
-    query_gap = (np.zeros(len(ids)) if ref is None else ref - newest).astype(np.float32)
+    return EncoderState(
+        entity_ids=m.ids,
+        offsets=m.offsets,
+        **window,
+        **caches,
+        tail=tail,
+        query_gap=query_gap,
+        config_hash=meta.config_hash,
+        weights_sha256=meta.weights_sha256,
+        has_time=state.has_time,
+        stats=stats | counts.output(),
+    )
 
-    # Which entities run, and how many cached positions each keeps.
-    config = model.config
+
+def _new_events(
+    encoder: LoadedBundle,
+    state: EncoderState,
+    events: Source | None,
+    as_of: object,
+    on_empty: str,
+    ref: float | None,
+) -> tuple[SequenceStore, Counts, pa.Table]:
+    """``(store, counts, tie_keys)`` of the new events (an empty store for ``None``)."""
+    meta = encoder.meta
+    if events is None:
+        return _no_events(state, meta.schema), Counts(), state.tail.schema.empty_table()
+    table = read_events(events, meta.schema)
+    new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, as_of, on_empty)
+    counts.report()
+    return new, counts, tie_keys(table, meta.schema, ref, state.tail.schema)
+
+
+def _encode_windows(
+    encoder: LoadedBundle,
+    state: EncoderState,
+    m: Merge,
+    window: dict[str, np.ndarray],
+    old_src: np.ndarray,
+    reordered: np.ndarray,
+    query_gap: np.ndarray,
+    max_tokens: int,
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Run the entities whose embedding changes, each against the cached positions it keeps:
+    ``(caches, stats)``, the caches being the state's ``keys``, ``values``, ``prefix_sum`` and
+    ``embeddings``."""
+    config, had, width = encoder.model.config, m.had, m.width
     reads_query = config.time and config.query_time
-    old_gap = _of(state.query_gap, old_row, 0.0)
-    requery = had & (new_len == 0) & reads_query & (old_gap != query_gap)
-    run = (new_len > 0) | requery
-    keep = np.where(had & (drop == 0) & ~reordered, old_len - 1, 0) * run + width * ~run
-    prefix_sum = np.zeros((len(ids), config.d_model), dtype=np.float32)
+    old_gap = of(state.query_gap, m.old_row, 0.0)
+    requery = had & (m.new_len == 0) & reads_query & (old_gap != query_gap)
+    run = (m.new_len > 0) | requery
+    keep = np.where(had & (m.drop == 0) & ~reordered, m.old_len - 1, 0) * run + width * ~run
+    prefix_sum = np.zeros((len(m.ids), config.d_model), dtype=np.float32)
     cached = had & (keep > 0)  # the running sum carries over only with the cache
-    prefix_sum[cached] = state.prefix_sum[old_row[cached]]
+    prefix_sum[cached] = state.prefix_sum[m.old_row[cached]]
     embeddings = np.zeros_like(prefix_sum)
-    embeddings[had & ~run] = state.embeddings[old_row[had & ~run]]
+    embeddings[had & ~run] = state.embeddings[m.old_row[had & ~run]]
     # Cached positions keep their keys and values; the others are written by the batches.
     cache = {name: _take(getattr(state, name), old_src) for name in ("keys", "values")}
     rows = np.flatnonzero(run)
     chunk = width[rows] - keep[rows]
     order = rows[np.lexsort((width[rows], chunk))]
+    offsets = m.offsets
     for idx in token_batches(order, 2 * width - keep, max_tokens):  # query + key tokens
         _run_batch(
             encoder, idx, offsets, keep, width, window, cache, query_gap, prefix_sum, embeddings
         )
     stats = {
         "n_new": int((~had).sum()),
-        "n_extended": int((had & run & (drop == 0) & (new_len > 0) & ~reordered).sum()),
-        "n_reencoded": int((had & (drop > 0)).sum()),
-        "n_reordered": int((reordered & (drop == 0)).sum()),
+        "n_extended": int((had & run & (m.drop == 0) & (m.new_len > 0) & ~reordered).sum()),
+        "n_reencoded": int((had & (m.drop > 0)).sum()),
+        "n_reordered": int((reordered & (m.drop == 0)).sum()),
         "n_requeried": int(requery.sum()),
         "n_unchanged": int((had & ~run).sum()),
         "n_positions": int(chunk.sum()),
-    } | counts.output()
-    return EncoderState(
-        entity_ids=ids,
-        offsets=offsets,
-        **window,
-        **cache,
-        tail=tail,
-        query_gap=query_gap,
-        prefix_sum=prefix_sum,
-        embeddings=embeddings,
-        config_hash=meta.config_hash,
-        weights_sha256=meta.weights_sha256,
-        has_time=state.has_time,
-        stats=stats,
-    )
+    }
+    return cache | {"prefix_sum": prefix_sum, "embeddings": embeddings}, stats
 
 
 def _no_events(state: EncoderState, schema: EventSchema) -> SequenceStore:
@@ -213,41 +166,11 @@ def _no_events(state: EncoderState, schema: EventSchema) -> SequenceStore:
     )
 
 
-def _of(values: np.ndarray, rows: np.ndarray, fill: float) -> np.ndarray:
-    """``values[rows]``, ``fill`` where a row is -1 (absent)."""
-    out = np.full(len(rows), fill, dtype=np.result_type(values.dtype, type(fill)))
-    out[rows >= 0] = values[rows[rows >= 0]]
-    return out
-
-
-def _columns(
-    values: dict[str, np.ndarray], names: tuple[str, ...], dtype: type, n: int
-) -> np.ndarray:
-    """``[n, len(names)]`` the named feature columns side by side."""
-    if not names:
-        return np.zeros((n, 0), dtype=dtype)
-    return np.stack([values[name] for name in names], axis=-1).astype(dtype)
-
-
 def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``values[:, rows]`` (per-layer arrays); zeros when ``values`` has no position yet."""
     if values.shape[1] == 0:
         return np.zeros((values.shape[0], len(rows), *values.shape[2:]), dtype=values.dtype)
     return np.take(values, rows, axis=1)
-
-
-def _pick(
-    from_old: np.ndarray,
-    old: np.ndarray,
-    old_src: np.ndarray,
-    new: np.ndarray,
-    new_src: np.ndarray,
-) -> np.ndarray:
-    """Rows ``old[old_src]`` where ``from_old``, else ``new[new_src]``."""
-    out = np.zeros((len(from_old), *old.shape[1:]), dtype=old.dtype)
-    out[from_old] = old[old_src[from_old]]
-    out[~from_old] = new[new_src[~from_old]]
-    return out
 
 
 def _when(seconds: float) -> str:
