@@ -16,6 +16,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from seqenc.bundle import bundle_from_checkpoint
 from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.cli_support import default_logger_classes, one_line_errors, run_user_command
+from seqenc.compat_cli import align_after_fit, align_main, check_parent_bundle, drift_main
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.module import SeqencModule, resume_options
 from seqenc.version import __version__
@@ -31,6 +32,11 @@ USAGE = """seqenc: event streams to embeddings with a small Transformer.
                [--events EV --entity COL --item COL --categorical ... --numeric ...] [--as-of T]
                                                linear probe: embeddings vs aggregate features
   seqenc onnx --model BUNDLE [--output FILE.onnx]  the embedding as an ONNX graph
+  seqenc align NEW OLD --events PATH [--kind orthogonal|ridge]
+                                               map NEW's embeddings into OLD's space (fit
+                                               --compatible_with OLD does it after training)
+  seqenc drift OLD NEW --events PATH [--json FILE]  compare two versions: cosine, neighbours,
+                                               per-dimension shift, verdict
   seqenc --version
 """
 
@@ -49,6 +55,9 @@ class SeqencCLI(LightningCLI):
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
+        parser.add_argument(  # seqenc.compat: after fit, map the new space to OLD's
+            "--compatible_with", type=str | None, default=None, help="OLD bundle to stay usable for"
+        )
         parser.set_defaults(
             {
                 "early_stopping.monitor": MONITOR,
@@ -77,6 +86,9 @@ class SeqencCLI(LightningCLI):
         model = resume_options(given.as_dict() if given else {}, saved)
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
+    def before_fit(self) -> None:
+        check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
+
     def after_fit(self) -> None:
         writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))
         self.trainer.test(
@@ -85,6 +97,7 @@ class SeqencCLI(LightningCLI):
         if self.trainer.is_global_zero:
             print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
             print(f"bundle: {writer.path}")
+            align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
 
 
 def _run_name(argv: list[str]) -> str:
@@ -218,6 +231,10 @@ def main(argv: list[str] | None = None) -> None:
         return onnx_main(argv[1:])
     if argv[:1] == ["embed"]:
         return embed_main(argv[1:])
+    if argv[:1] == ["align"]:
+        return align_main(argv[1:])
+    if argv[:1] == ["drift"]:
+        return drift_main(argv[1:])
     if argv[:1] == ["probe"]:
         from seqenc.evaluate import main as probe_main
 

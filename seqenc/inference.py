@@ -27,6 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
+from seqenc.bundle import BundleMeta
+from seqenc.compat import Lineage, LinearMap, load_lineage, tag_space, to_space
 from seqenc.data.batches import Batch
 from seqenc.data.events import Source
 from seqenc.data.vocab import N_SPECIAL
@@ -42,6 +44,8 @@ from seqenc.state import EncoderState, load_state
 class Encoder(LoadedBundle):
     """A loaded bundle on a device (``Encoder(model, meta, vocabs, device, backend=None)``); see
     :func:`load_encoder`."""
+
+    lineage: tuple[Lineage, LinearMap] | None = None  # the map to the parent space (seqenc.compat)
 
     @property
     def dim(self) -> int:
@@ -60,6 +64,8 @@ class Encoder(LoadedBundle):
         output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
         on_empty: Literal["raise", "skip"] = "raise",
         max_tokens: int = MAX_TOKENS,
+        space: Literal["native", "parent"] = "native",
+        parent: str | BundleMeta | None = None,
     ) -> pd.DataFrame | pa.Table | Embeddings:
         """One embedding per entity of ``events``, entities in ascending id order.
 
@@ -77,11 +83,18 @@ class Encoder(LoadedBundle):
                 columns as the Parquet export, counts in the schema metadata), ``"numpy"`` or
                 ``"torch"`` (an :class:`Embeddings`).
             on_empty: what to do with an entity whose events all lie after ``as_of``.
+            space: ``"native"`` (this model's space) or ``"parent"``: through the map that
+                ``seqenc align`` / ``fit --compatible_with`` stored, into the space of the bundle
+                this one was aligned to (:mod:`seqenc.compat`). ``parent`` (that bundle's meta or
+                space id, e.g. an export's ``seqenc.space_id``) refuses a map to another space.
+                The space is in the arrow metadata and pandas attrs.
         """
         check_choice("output", output, OUTPUTS)
         done = encode_events(self, events, as_of, on_empty, batch_size, max_tokens)
         out, counts, columns = done.embeddings, done.counts.output(), done.columns
-        return embedding_output(columns, out, counts, self.meta, as_of, output)
+        out, space_metadata = to_space(out, self.meta, self.lineage, space, parent)
+        result = embedding_output(columns, out, counts, self.meta, as_of, output)
+        return tag_space(result, space_metadata)
 
     def state(
         self,
@@ -188,7 +201,9 @@ def load_encoder(
     written by ``seqenc onnx``) on the CPU; the torch model still serves ``recommend``.
     """
     bundle = load_on(path, device, backend, onnx)
-    return Encoder(bundle.model, bundle.meta, bundle.vocabs, bundle.device, bundle.backend)
+    encoder = Encoder(bundle.model, bundle.meta, bundle.vocabs, bundle.device, bundle.backend)
+    encoder.lineage = load_lineage(path, encoder.meta)  # checked here: a foreign map fails on load
+    return encoder
 
 
 def encode(events: Source, model: str | Path | Encoder, **kwargs: Any) -> Any:

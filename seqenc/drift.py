@@ -1,0 +1,182 @@
+"""Two model versions on the same events: the map between them (:func:`align`) and the drift
+report (:func:`drift`), the check a pipeline runs before switching.
+
+:func:`drift` encodes the same events with the old and the new bundle and compares, per entity
+both encode, the old embedding with the new one *as a downstream model would get it*: through the
+new bundle's map when its lineage leads to the old bundle (``seqenc align`` / ``fit
+--compatible_with``), else raw. It reports
+
+- the per-entity cosine (mean and quantiles);
+- the overlap of nearest neighbours @k: for a seeded sample of entities, the share of each one's k
+  nearest neighbours (exact, by cosine, among all shared entities) that both versions agree on;
+- per-dimension population statistics: the shift of each dimension's mean in units of the old
+  standard deviation, and the ratio of the standard deviations;
+- a verdict: ``same`` (cosine and overlap >= 0.999), ``compatible`` (mean cosine >= ``MIN_COSINE``
+  and mean |mean shift| <= ``MAX_SHIFT`` old stds: a downstream model trained on the old version
+  keeps working), or ``incompatible`` (retrain the downstream models, or align the new version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seqenc.compat import Lineage, fit_with_stats, save_lineage, space_id
+from seqenc.errors import SeqencError
+from seqenc.inference import Encoder, load_encoder
+
+MIN_COSINE, MAX_SHIFT = 0.5, 0.5
+SAME = 0.999
+CHUNK = 256  # sampled rows per similarity block
+
+
+@dataclass
+class DriftReport:
+    """The figures of :func:`drift`; ``dimensions`` holds one row per dimension."""
+
+    old: str
+    new: str
+    mapped: bool
+    n_entities: int
+    cosine: dict[str, float]
+    overlap: float
+    k: int
+    n_sample: int
+    mean_shift: float
+    max_shift: float
+    std_ratio: tuple[float, float]
+    verdict: str
+    dimensions: list[dict[str, float]] = field(default_factory=list)
+
+    def table(self) -> str:
+        """The report as a short text table (``seqenc drift`` prints it)."""
+        c = self.cosine
+        rows = [
+            ("old", self.old),
+            ("new", f"{self.new} ({'mapped to old' if self.mapped else 'raw: no map to old'})"),
+            ("entities compared", str(self.n_entities)),
+            ("cosine mean", f"{c['mean']:.4f}"),
+            ("cosine p5 / p50 / p95", f"{c['p5']:.4f} / {c['p50']:.4f} / {c['p95']:.4f}"),
+            (f"neighbour overlap @{self.k}", f"{self.overlap:.4f} ({self.n_sample} sampled)"),
+            ("mean |mean shift| (old std)", f"{self.mean_shift:.4f} (max {self.max_shift:.4f})"),
+            ("std ratio new/old", f"{self.std_ratio[0]:.3f} .. {self.std_ratio[1]:.3f}"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        lines = [f"{k:<{width}}  {v}" for k, v in rows]
+        return "\n".join([*lines, f"verdict: {self.verdict}"])
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def paired(a: Any, b: Any, events: Any, as_of: object = None) -> tuple[np.ndarray, ...]:
+    """``(entity_ids, x_a, x_b)``: the native embeddings by encoders ``a`` and ``b``
+    (:class:`~seqenc.inference.Encoder`) of the entities of ``events`` both can encode."""
+    ea = a.encode(events, as_of=as_of, output="numpy", on_empty="skip")
+    eb = b.encode(events, as_of=as_of, output="numpy", on_empty="skip")
+    ids, ia, ib = np.intersect1d(ea.entity_ids, eb.entity_ids, return_indices=True)
+    if len(ids) < 2:
+        raise SeqencError(f"the two models share {len(ids)} entit(ies) of the events: need >= 2")
+    return ids, ea.embeddings[ia], eb.embeddings[ib]
+
+
+def align(
+    new: str | Path,
+    old: str | Path,
+    events: Any,
+    kind: str = "orthogonal",
+    as_of: object = None,
+) -> Lineage:
+    """Fit the map from bundle ``new``'s space to bundle ``old``'s on the entities of ``events``
+    both encode, and store it with the lineage in ``new`` (replacing an earlier one)."""
+    child, parent = load_encoder(new, "cpu"), load_encoder(old, "cpu")
+    _, x, y = paired(child, parent, events, as_of)
+    fitted, stats = fit_with_stats(x, y, kind)
+    return save_lineage(new, child.meta, parent.meta, fitted, stats)
+
+
+def neighbour_overlap(a: np.ndarray, b: np.ndarray, rows: np.ndarray, k: int) -> float:
+    """Mean share of the ``k`` nearest neighbours (cosine, self excluded) of each of ``rows`` in
+    ``a`` that are also among its ``k`` nearest in ``b`` (exact search over all rows)."""
+    k = min(k, len(a) - 1)
+    if k < 1:
+        return 1.0
+    units = [
+        (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        for x in (a, b)
+    ]
+    common = 0
+    for start in range(0, len(rows), CHUNK):  # CHUNK x n similarities at a time
+        part = rows[start : start + CHUNK]
+        found = []
+        for unit in units:
+            sims = unit[part] @ unit.T
+            sims[np.arange(len(part)), part] = -np.inf
+            found.append(np.argpartition(-sims, k - 1, axis=1)[:, :k])
+        common += sum(len(np.intersect1d(p, q)) for p, q in zip(*found, strict=True))
+    return common / (len(rows) * k)
+
+
+def drift(
+    old: Encoder,
+    new: Encoder,
+    events: Any,
+    as_of: object = None,
+    k: int = 10,
+    sample: int = 2000,
+    seed: int = 0,
+) -> DriftReport:
+    """Compare bundle ``new`` with ``old`` on ``events`` (see the module docstring); the overlap
+    uses ``sample`` entities drawn with ``seed`` (all of them when fewer)."""
+    _, y, x = paired(old, new, events, as_of)
+    lineage = new.lineage
+    mapped = lineage is not None and lineage[0].parent_space == space_id(old.meta)
+    if mapped:
+        x = lineage[1].apply(x)
+    if x.shape[1] != y.shape[1]:
+        raise SeqencError(
+            f"{new.meta.name!r} (dim {x.shape[1]}) has no map to {old.meta.name!r} (dim "
+            f"{y.shape[1]}): embeddings of different sizes cannot be compared; run seqenc align"
+        )
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+    cos = (x * y).sum(1) / np.maximum(norms, 1e-30)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(y), size=min(sample, len(y)), replace=False))
+    overlap = neighbour_overlap(y, x, rows, k)
+    std_old, std_new = y.std(0), x.std(0)
+    shift = (x.mean(0) - y.mean(0)) / np.maximum(std_old, 1e-12)
+    ratio = std_new / np.maximum(std_old, 1e-12)
+    cosine = {"mean": float(cos.mean())} | {
+        f"p{q}": float(np.quantile(cos, q / 100)) for q in (5, 50, 95)
+    }
+    mean_shift = float(np.abs(shift).mean())
+    if cosine["mean"] >= SAME and overlap >= SAME:
+        verdict = "same"
+    elif cosine["mean"] >= MIN_COSINE and mean_shift <= MAX_SHIFT:
+        verdict = "compatible"
+    else:
+        verdict = "incompatible"
+    return DriftReport(
+        old=old.meta.name,
+        new=new.meta.name,
+        mapped=mapped,
+        n_entities=len(y),
+        cosine=cosine,
+        overlap=overlap,
+        k=k,
+        n_sample=len(rows),
+        mean_shift=mean_shift,
+        max_shift=float(np.abs(shift).max()),
+        std_ratio=(float(ratio.min()), float(ratio.max())),
+        verdict=verdict,
+        dimensions=[
+            {"mean_old": float(a), "mean_new": float(b), "std_old": float(c), "std_new": float(d)}
+            for a, b, c, d in zip(y.mean(0), x.mean(0), std_old, std_new, strict=True)
+        ],
+    )

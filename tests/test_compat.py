@@ -1,0 +1,168 @@
+"""Compatible versions (issue 31): the maps against known transforms, the lineage on load, the
+parent space in encode, the drift report and the commands."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from tiny import tiny_bundle, tiny_events
+
+from seqenc.bundle import file_sha256
+from seqenc.cli import main
+from seqenc.compat import LINEAGE_FILE, MAP_FILE, fit_map, fit_with_stats, space_id
+from seqenc.drift import align, drift, neighbour_overlap
+from seqenc.errors import SeqencError
+from seqenc.inference import load_encoder
+
+
+def reweighted(bundle: Path, target: Path, seed: int) -> Path:
+    """A copy of ``bundle`` with its weights moved by seeded noise: another model, another space."""
+    shutil.copytree(bundle, target)
+    state = load_file(target / "model.safetensors")
+    gen = torch.Generator().manual_seed(seed)
+    state = {k: v + 0.2 * torch.randn(v.shape, generator=gen) for k, v in state.items()}
+    save_file(state, target / "model.safetensors")
+    config = json.loads((target / "config.json").read_text())
+    config["weights_sha256"] = file_sha256(target / "model.safetensors")
+    (target / "config.json").write_text(json.dumps(config))
+    return target
+
+
+def rotation(d: int, seed: int) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(d, d)))
+    return q
+
+
+def test_orthogonal_map_recovers_a_known_rotation_scale_and_shift():
+    x = np.random.default_rng(0).normal(size=(300, 8))
+    q, shift = rotation(8, 1), np.arange(8) / 10
+    fitted = fit_map(x, 2.5 * x @ q + shift, "orthogonal")
+    np.testing.assert_allclose(fitted.weight, 2.5 * q, atol=1e-5)
+    np.testing.assert_allclose(fitted.bias, shift, atol=1e-5)
+
+
+def test_ridge_map_fixes_a_stretch_the_orthogonal_one_cannot():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 6))
+    y = x @ np.diag([4.0, 1, 1, 1, 1, 0.2]) @ rotation(6, 2) + rng.normal(scale=0.01, size=(500, 6))
+    ridge = fit_with_stats(x, y, "ridge")[1]["held_out"]
+    orthogonal = fit_with_stats(x, y, "orthogonal")[1]["held_out"]
+    assert ridge["r2"] > 0.99 > orthogonal["r2"]
+
+
+def test_bad_map_kind_and_shapes_are_one_line_errors():
+    with pytest.raises(SeqencError, match="kind"):
+        fit_map(np.zeros((4, 2)), np.zeros((4, 2)), "affine")
+    with pytest.raises(SeqencError, match="paired rows"):
+        fit_map(np.zeros((4, 2)), np.zeros((3, 2)))
+
+
+@pytest.fixture
+def log(tmp_path):
+    events = tiny_events(60)
+    events.to_parquet(tmp_path / "events.parquet")
+    return events
+
+
+def test_a_model_compatible_with_itself_gets_the_identity(tmp_path, log):
+    bundle = tiny_bundle(tmp_path / "v1", log)
+    lineage = align(bundle, bundle, log)
+    enc = load_encoder(bundle, "cpu")
+    _, fitted = enc.lineage
+    np.testing.assert_allclose(fitted.weight, np.eye(16), atol=1e-5)
+    np.testing.assert_allclose(fitted.bias, 0, atol=1e-5)
+    assert lineage.parent_space == space_id(enc.meta)
+    native = np.stack(enc.encode(log)["embedding"])
+    parent = enc.encode(log, space="parent", output="arrow")
+    np.testing.assert_allclose(np.stack(parent["embedding"].to_numpy(False)), native, atol=1e-5)
+    assert parent.schema.metadata[b"seqenc.space"] == b"parent"
+    assert parent.schema.metadata[b"seqenc.space_id"].decode() == space_id(enc.meta)
+
+
+def test_lineage_is_checked_on_load(tmp_path, log):
+    old = tiny_bundle(tmp_path / "v1", log)
+    new = reweighted(old, tmp_path / "v2", 1)
+    other = reweighted(old, tmp_path / "other", 2)
+    align(new, old, log)
+    for name in (LINEAGE_FILE, MAP_FILE):  # a lineage copied into a bundle it was not made for
+        shutil.copy(new / name, other / name)
+    with pytest.raises(SeqencError, match="other weights"):
+        load_encoder(other, "cpu")
+    raw = np.frombuffer((new / MAP_FILE).read_bytes(), np.uint8).copy()
+    raw[-4:] ^= 0xFF  # an edited map
+    (new / MAP_FILE).write_bytes(raw.tobytes())
+    with pytest.raises(SeqencError, match="SHA-256"):
+        load_encoder(new, "cpu")
+
+
+def test_a_map_from_another_parent_is_refused(tmp_path, log):
+    old = tiny_bundle(tmp_path / "v1", log)
+    new = reweighted(old, tmp_path / "v2", 1)
+    stranger = load_encoder(reweighted(old, tmp_path / "other", 2), "cpu").meta
+    with pytest.raises(SeqencError, match="no parent space"):
+        load_encoder(new, "cpu").encode(log, space="parent")
+    align(new, old, log)
+    enc = load_encoder(new, "cpu")
+    parent = load_encoder(old, "cpu").meta
+    enc.encode(log, space="parent", parent=parent)  # the right parent, as meta or as space id
+    enc.encode(log, space="parent", parent=space_id(parent))
+    with pytest.raises(SeqencError, match="maps to the space of"):
+        enc.encode(log, space="parent", parent=stranger)
+    with pytest.raises(SeqencError, match="space must be one of"):
+        enc.encode(log, space="old")
+
+
+def test_neighbour_overlap_matches_a_naive_count():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(40, 5)), rng.normal(size=(40, 5))
+    rows = np.array([0, 7, 39])
+
+    def knn(x, i):
+        sims = [
+            (x[i] @ x[j] / np.linalg.norm(x[i]) / np.linalg.norm(x[j]), j)
+            for j in range(len(x))
+            if j != i
+        ]
+        return {j for _, j in sorted(sims, reverse=True)[:3]}
+
+    naive = np.mean([len(knn(a, i) & knn(b, i)) / 3 for i in rows])
+    assert neighbour_overlap(a, b, rows, 3) == pytest.approx(naive)
+    assert neighbour_overlap(a, 2 * a @ rotation(5, 0), rows, 3) == pytest.approx(1.0)
+
+
+def test_drift_of_a_bundle_against_itself_is_same(tmp_path, log):
+    enc = load_encoder(tiny_bundle(tmp_path / "v1", log), "cpu")
+    report = drift(enc, enc, log, k=5)
+    assert report.verdict == "same"
+    assert report.cosine["mean"] == pytest.approx(1.0, abs=1e-5)
+    assert report.overlap == pytest.approx(1.0)
+    assert report.mean_shift == pytest.approx(0.0, abs=1e-5)
+    assert report.n_entities == log["entity_id"].nunique()
+
+
+def test_align_and_drift_commands(tmp_path, log, capsys):
+    old = tiny_bundle(tmp_path / "v1", log)
+    new = reweighted(old, tmp_path / "v2", 1)
+    events = str(tmp_path / "events.parquet")
+    main(["align", str(new), str(old), "--events", events, "--kind", "ridge"])
+    assert capsys.readouterr().out.startswith(f"aligned: {new} -> space of 'tiny'")
+    main(["drift", str(old), str(new), "--events", events, "--json", str(tmp_path / "d.json")])
+    out = capsys.readouterr().out
+    assert "mapped to old" in out and out.strip().splitlines()[-1].startswith("verdict: ")
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert report["mapped"] and len(report["dimensions"]) == 16
+
+
+def test_commands_fail_in_one_line(tmp_path, log, capsys):
+    old = tiny_bundle(tmp_path / "v1", log)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["drift", str(old), str(tmp_path / "missing"), "--events", str(tmp_path)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing" in err[0]
