@@ -246,15 +246,9 @@ def _run_batch(
         index=torch.from_numpy(idx),
         dt_query=torch.from_numpy(query_gap[idx]).to(device),
     )
-    model = encoder.model
-    hidden = extend(model, past, batch)
-    pooled, sums = readout(
-        model,
-        hidden,
-        batch.lengths,
-        torch.from_numpy(prefix_sum[idx]).to(device),
-        torch.from_numpy(width[idx]).to(device),
-    )
+    hidden = extend(encoder.model, past, batch)
+    old_sum, total = (torch.from_numpy(a[idx]).to(device) for a in (prefix_sum, width))
+    pooled, sums = readout(encoder.model, hidden, batch.lengths, old_sum, total)
     embeddings[idx], prefix_sum[idx] = pooled.cpu().numpy(), sums.cpu().numpy()
     b, i = np.nonzero(valid)
     for name, written in (("keys", past.keys), ("values", past.values)):

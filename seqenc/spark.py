@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import torch
 
 from seqenc.backends import check_backend
-from seqenc.bundle import load_bundle
+from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.encoding import ON_EMPTY, LoadedBundle, encode_events, load_on
 from seqenc.encoding.options import check_choice, positive_int
 from seqenc.errors import SeqencError
@@ -85,36 +85,9 @@ def encode(
         ``n_events`` (int, events fed to the model) and ``last_event_time`` (timestamp), in no
         particular order.
     """
-    from pyspark.sql import types as T
-
-    check_backend(backend)
-    check_choice("on_empty", on_empty, ON_EMPTY)
-    if chunk_events is not None:
-        warnings.warn(
-            "seqenc.spark.encode(chunk_events=...) is now events_per_call=...",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        events_per_call = positive_int("chunk_events", chunk_events)
-    positive_int("events_per_call", events_per_call)
-    path = Path(model).resolve()
-    _, meta, _ = load_bundle(path)  # a broken bundle fails here, on the driver
+    events_per_call = _check_options(backend, on_empty, events_per_call, chunk_events)
+    path, meta = _on_driver(df, model, ship)
     schema = meta.schema
-    missing = [c for c in schema.columns if c not in df.columns]
-    if missing:
-        raise SeqencError(
-            f"the DataFrame lacks the bundle's column(s) {missing}; it has {list(df.columns)}"
-        )
-    if ship:
-        df.sparkSession.sparkContext.addFile(str(path), recursive=True)
-    output = T.StructType(
-        [
-            T.StructField("entity_id", df.schema[schema.entity].dataType),
-            T.StructField("embedding", T.ArrayType(T.FloatType(), containsNull=False)),
-            T.StructField("n_events", T.IntegerType()),
-            T.StructField("last_event_time", T.TimestampType()),
-        ]
-    )
     run = functools.partial(
         _encode_partition,
         location=path.name if ship else str(path),
@@ -133,7 +106,54 @@ def encode(
         if num_partitions
         else events.repartition(schema.entity)
     )
+    output = _output_type(df.schema[schema.entity].dataType)
     return by_entity.sortWithinPartitions(schema.entity).mapInArrow(run, output)
+
+
+def _on_driver(df: Any, model: str | Path, ship: bool) -> tuple[Path, BundleMeta]:
+    """The bundle's path and meta, loaded on the driver (a broken bundle fails here), checked
+    against ``df``'s columns, and shipped to the executors with ``ship``."""
+    path = Path(model).resolve()
+    _, meta, _ = load_bundle(path)
+    missing = [c for c in meta.schema.columns if c not in df.columns]
+    if missing:
+        raise SeqencError(
+            f"the DataFrame lacks the bundle's column(s) {missing}; it has {list(df.columns)}"
+        )
+    if ship:
+        df.sparkSession.sparkContext.addFile(str(path), recursive=True)
+    return path, meta
+
+
+def _check_options(
+    backend: str, on_empty: str, events_per_call: int, chunk_events: int | None
+) -> int:
+    """The events per call, the options checked in one line each (``chunk_events``, the old
+    name, wins with a :class:`DeprecationWarning`)."""
+    check_backend(backend)
+    check_choice("on_empty", on_empty, ON_EMPTY)
+    if chunk_events is not None:
+        warnings.warn(
+            "seqenc.spark.encode(chunk_events=...) is now events_per_call=...",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return positive_int("chunk_events", chunk_events)
+    return positive_int("events_per_call", events_per_call)
+
+
+def _output_type(entity_type: Any) -> Any:
+    """The Spark schema of the output: the columns of every embedding output."""
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("entity_id", entity_type),
+            T.StructField("embedding", T.ArrayType(T.FloatType(), containsNull=False)),
+            T.StructField("n_events", T.IntegerType()),
+            T.StructField("last_event_time", T.TimestampType()),
+        ]
+    )
 
 
 def cached_bundle(path: str, weights_sha256: str, backend: str) -> LoadedBundle:

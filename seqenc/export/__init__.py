@@ -57,7 +57,7 @@ from seqenc.data.paths import expand_paths, would_read
 from seqenc.encoding.options import ON_EMPTY, check_choice, positive_int
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
-from seqenc.export.predict import EmbeddingModule, ExportDataModule
+from seqenc.export.predict import EmbeddingModule, ExportDataModule, PartitionBatches
 from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
 from seqenc.outputs import file_metadata
@@ -114,7 +114,8 @@ def export_embeddings(
         model: a bundle directory.
         events: Parquet/CSV file(s), a glob or a directory of Parquet files.
         output: the Parquet file (one process) or shard directory (several) to write.
-        as_of: use only events at or before this time (also the recency reference); the forms of
+        as_of: use only events at or before this time, which is also the query time (as in
+            :meth:`Encoder.encode <seqenc.inference.Encoder.encode>`); the forms of
             :func:`~seqenc.data.events.epoch_seconds`.
         batch_size: histories per forward pass.
         chunk_events: events per temporary partition: bounds memory (about 1 KB per event).
@@ -124,13 +125,61 @@ def export_embeddings(
         accelerator, devices, strategy: as for ``lightning.Trainer``; several devices need
             ``strategy="ddp"`` and launch one process per device (from a script or the CLI).
         progress: show progress bars.
-        backend: ``"torch"`` or ``"onnxruntime"`` (on the CPU, with the graph ``onnx``, default
-            ``<model>/model.onnx``, written by ``seqenc onnx``).
-        onnx: the ONNX graph for ``backend="onnxruntime"``.
+        backend, onnx: ``"torch"`` or ``"onnxruntime"`` (on the CPU, with the graph ``onnx``,
+            default ``<model>/model.onnx``, written by ``seqenc onnx``).
 
     Returns:
         ``output`` (as a path). Layout, columns and metadata: see :mod:`seqenc.export`.
     """
+    _check_options(chunk_events, batch_size, row_group_size, on_empty, as_of, backend)
+    files = expand_paths(events)
+    _refuse_overwriting_inputs(events, files, Path(output))
+    encoder, meta, vocabs = load_bundle(model)
+    runtime = runtime_backend(backend, model, meta, onnx)
+    trainer = _trainer(accelerator, devices, strategy, runtime is not None)
+    output = _target(output, trainer.world_size)
+    scratch = Scratch(output)
+    datamodule = ExportDataModule(
+        files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
+    )
+    metadata = file_metadata(meta, as_of)
+    trainer.callbacks.append(
+        ParquetPredictionWriter(output, scratch, metadata, row_group_size, progress)
+    )
+    _predict(trainer, EmbeddingModule(encoder, runtime), datamodule, scratch)
+    if trainer.is_global_zero and datamodule.dataset is not None:
+        _report(datamodule.dataset, as_of, output)
+    return output
+
+
+def _predict(
+    trainer: pl.Trainer, module: EmbeddingModule, datamodule: ExportDataModule, scratch: Scratch
+) -> None:
+    """Run the export; SIGTERM stops it as Ctrl-C does, and the scratch lock is always released."""
+    try:
+        with sigterm_raises(), warnings.catch_warnings():  # batches carry their own indices
+            warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+            trainer.predict(module, datamodule=datamodule, return_predictions=False)
+    finally:
+        scratch.release()
+
+
+def _target(output: str | Path, world_size: int) -> Path:
+    """One process writes the file ``output``; several write shards into the directory."""
+    if world_size == 1:
+        return file_target(output)
+    return directory_target(output, _only_shards, "a directory of part-*.parquet shards")
+
+
+def _check_options(
+    chunk_events: int,
+    batch_size: int,
+    row_group_size: int,
+    on_empty: str,
+    as_of: object,
+    backend: str,
+) -> None:
+    """Refuse a bad option in one line, before any work."""
     for name, value in [
         ("chunk_events", chunk_events),
         ("batch_size", batch_size),
@@ -139,19 +188,22 @@ def export_embeddings(
         positive_int(name, value)
     check_choice("on_empty", on_empty, ON_EMPTY)
     if as_of is not None:
-        epoch_seconds(as_of)  # a bad time fails before any work
+        epoch_seconds(as_of)
     check_backend(backend)
-    files = expand_paths(events)
-    _refuse_overwriting_inputs(events, files, Path(output))
-    encoder, meta, vocabs = load_bundle(model)
-    runtime = runtime_backend(backend, model, meta, onnx)
-    if runtime is not None:
+
+
+def _trainer(
+    accelerator: str, devices: int | str | list[int], strategy: str, on_cpu_only: bool
+) -> pl.Trainer:
+    """The Lightning trainer that runs ``predict``: no logger, checkpoints or sampler of its own
+    (batches come from the encoding core); ONNX Runtime (``on_cpu_only``) runs on the CPU."""
+    if on_cpu_only:
         if accelerator not in ("auto", "cpu"):
             raise SeqencError(
                 f"backend='onnxruntime' runs on the CPU, not accelerator={accelerator!r}"
             )
         accelerator = "cpu"
-    trainer = pl.Trainer(
+    return pl.Trainer(
         accelerator=accelerator,
         devices=devices,
         strategy=strategy,
@@ -161,40 +213,22 @@ def export_embeddings(
         enable_model_summary=False,
         use_distributed_sampler=False,
     )
-    if trainer.world_size == 1:
-        output = file_target(output)
-    else:
-        output = directory_target(output, _only_shards, "a directory of part-*.parquet shards")
-    scratch = Scratch(output)
-    datamodule = ExportDataModule(
-        files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
-    )
-    writer = ParquetPredictionWriter(
-        output, scratch, file_metadata(meta, as_of), row_group_size, progress
-    )
-    trainer.callbacks.append(writer)
-    try:
-        with sigterm_raises(), warnings.catch_warnings():  # batches carry their own indices
-            warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
-            trainer.predict(
-                EmbeddingModule(encoder, runtime), datamodule=datamodule, return_predictions=False
-            )
-    finally:
-        scratch.release()
-    stats = datamodule.dataset
-    if trainer.is_global_zero and stats is not None:
-        stats.counts.report()
-        if stats.n_duplicated_newest:
-            log.warning(
-                "%d entities have their newest event twice or more (every column equal); kept as "
-                "given: if the log holds delivery duplicates, drop them first",
-                stats.n_duplicated_newest,
-            )
-        if not stats.counts.n_entities:
-            log.warning(
-                "no entity has an event at or before as_of=%s: %s holds 0 rows "
-                "(on_empty='raise' makes this an error)",
-                as_of,
-                output,
-            )
-    return output
+
+
+def _report(stats: PartitionBatches, as_of: object, output: Path) -> None:
+    """Warn about what the whole input held: unknown values, skipped entities, duplicated newest
+    events, an empty output."""
+    stats.counts.report()
+    if stats.n_duplicated_newest:
+        log.warning(
+            "%d entities have their newest event twice or more (every column equal); kept as "
+            "given: if the log holds delivery duplicates, drop them first",
+            stats.n_duplicated_newest,
+        )
+    if not stats.counts.n_entities:
+        log.warning(
+            "no entity has an event at or before as_of=%s: %s holds 0 rows "
+            "(on_empty='raise' makes this an error)",
+            as_of,
+            output,
+        )
