@@ -35,16 +35,13 @@ import torch
 from bench_encode import cpu_name
 
 from seqenc import spark as seqenc_spark
-from seqenc.bundle import save_bundle
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import build_sequences
-from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
 from seqenc.export import export_embeddings
 from seqenc.inference import load_encoder
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.onnx import export_onnx
+from seqenc.testing import random_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 ML100K = ROOT.parent / "shared" / "data" / "ml-100k" / "u.data"
@@ -65,12 +62,9 @@ def events_table(path: str | None) -> tuple[pd.DataFrame, str]:
 
 
 def make_bundle(events: pd.DataFrame, path: Path) -> Path:
-    schema = EventSchema()
-    _, vocabs = build_sequences(events, schema, max_len=None)
-    torch.manual_seed(0)
-    config = EncoderConfig(n_items=len(vocabs.item), d_model=64, dropout=0.0, max_len=MAX_LEN)
-    model = SequenceEncoder(config)
-    return save_bundle(path, model, DataSpec(schema, vocabs, MAX_LEN), "causal", name="bench")
+    return random_bundle(
+        path, events, EventSchema(), MAX_LEN, name="bench", d_model=64, dropout=0.0
+    )
 
 
 def by_entity(df: pd.DataFrame) -> np.ndarray:

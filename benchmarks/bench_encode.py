@@ -28,21 +28,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from seqenc.bundle import save_bundle
 from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
-from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
 from seqenc.export import export_embeddings
 from seqenc.inference import MAX_TOKENS, Encoder, load_encoder
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.testing import random_bundle
 
 D_MODEL, N_LAYERS, N_HEADS, FFN_MULT, MAX_LEN = 128, 2, 2, 4, 512
 N_ENTITIES, N_ITEMS = 1000, 2000
@@ -134,20 +131,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-encode-"))
     schema = EventSchema()
     events = generate_events(N_ENTITIES, N_ITEMS, seed=0)
-    store, vocabs = build_sequences(events, schema, max_len=MAX_LEN)
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=D_MODEL,
-        n_layers=N_LAYERS,
-        n_heads=N_HEADS,
-        ffn_mult=FFN_MULT,
-        max_len=MAX_LEN + 1,
-        causal=True,
-    )
-    spec = DataSpec(schema, vocabs, MAX_LEN)
-    bundle = save_bundle(tmp / "bundle", SequenceEncoder(config), spec)
-    small = replace(config, d_model=RSS_D_MODEL, n_layers=1)
-    rss_bundle = save_bundle(tmp / "small", SequenceEncoder(small), spec)
+    store, _ = build_sequences(events, schema, max_len=MAX_LEN)
+    shape = dict(d_model=D_MODEL, n_layers=N_LAYERS, n_heads=N_HEADS, ffn_mult=FFN_MULT)
+    bundle = random_bundle(tmp / "bundle", events, schema, MAX_LEN, name="bundle", **shape)
+    small = shape | dict(d_model=RSS_D_MODEL, n_layers=1)
+    rss_bundle = random_bundle(tmp / "small", events, schema, MAX_LEN, name="small", **small)
     encoder = load_encoder(bundle, "cpu")
     runtime = onnx_encoder(bundle)
     n_events, flops = store.n_events, model_flops(store.lengths)

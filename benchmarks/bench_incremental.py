@@ -33,13 +33,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from seqenc.bundle import save_bundle
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import build_sequences
-from seqenc.data.spec import DataSpec
 from seqenc.inference import Encoder, load_encoder
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.testing import random_bundle
 
 D_MODEL, N_LAYERS, N_HEADS = 128, 2, 2
 N_ENTITIES, HISTORY, N_ITEMS = 64, 512, 2000
@@ -65,22 +62,10 @@ def synthetic_log(seed: int = 0) -> pd.DataFrame:
     )
 
 
-def make_encoder(tmp: Path, events: pd.DataFrame, max_len: int, name: str) -> Encoder:
-    schema = EventSchema()
-    _, vocabs = build_sequences(events, schema, max_len=None)
-    torch.manual_seed(0)
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=D_MODEL,
-        n_layers=N_LAYERS,
-        n_heads=N_HEADS,
-        max_len=max_len,
-    )
-    model = SequenceEncoder(config)
-    with torch.no_grad():  # weights large enough that every input moves the embedding
-        for p in model.parameters():
-            p.normal_(0.0, 0.1)
-    bundle = save_bundle(tmp / name, model, DataSpec(schema, vocabs, max_len), name=name)
+def make_encoder(tmp: Path, events: pd.DataFrame, history_len: int, name: str) -> Encoder:
+    """Weights drawn from N(0, 0.1): large enough that every input moves the embedding."""
+    options = dict(d_model=D_MODEL, n_layers=N_LAYERS, n_heads=N_HEADS)
+    bundle = random_bundle(tmp / name, events, EventSchema(), history_len, 0.1, name, **options)
     return load_encoder(bundle, "cpu")
 
 

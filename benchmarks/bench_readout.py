@@ -38,7 +38,7 @@ def full_batch(rows: int, length: int) -> Batch:
 
 def main() -> None:
     torch.manual_seed(0)
-    config = EncoderConfig(n_items=N_ITEMS, d_model=128, n_layers=2, n_heads=2, max_len=512)
+    config = EncoderConfig(n_items=N_ITEMS, d_model=128, n_layers=2, n_heads=2, n_positions=513)
     model = SequenceEncoder(config).eval()
     batches = [full_batch(8, 512), full_batch(32, 128), full_batch(128, 32)]
     ways = {

@@ -61,7 +61,7 @@ def epoch_batches(path: Path, seed: int = 0) -> tuple[list[tuple[Batch, torch.Te
     length-bucketed leave-one-out samples), and the item vocabulary size. Each history's newest
     window only (``windows=False``), as RePlay and RecTools train, so an epoch is the same work."""
     data = SequenceDataModule(
-        str(path), format="ml1m-sequences", max_len=MAX_LEN, batch_size=BATCH, windows=False
+        str(path), format="ml1m-sequences", history_len=MAX_LEN, batch_size=BATCH, windows=False
     )
     data.seed = seed
     pairs = []
@@ -142,7 +142,13 @@ def time_variant(variant: dict, n_items: int, sample: list[tuple[Batch, torch.Te
     """Seconds to train on ``sample`` with a fresh model, after one untimed step on its widest batch."""
     torch.manual_seed(0)
     config = EncoderConfig(
-        n_items=n_items, d_model=64, n_layers=2, n_heads=2, max_len=MAX_LEN, time=False, causal=True
+        n_items=n_items,
+        d_model=64,
+        n_layers=2,
+        n_heads=2,
+        n_positions=MAX_LEN + 1,
+        time=False,
+        causal=True,
     )
     model = SequenceEncoder(config).train()
     if variant["torch_dropout"]:

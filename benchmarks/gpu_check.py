@@ -88,7 +88,7 @@ def build(causal: bool, size: dict, device: torch.device) -> SequenceEncoder:
         d_model=128,
         n_layers=2,
         n_heads=2,
-        max_len=size["max_len"],
+        n_positions=size["max_len"] + 1,
         causal=causal,
     )
     return SequenceEncoder(config).to(device)

@@ -5,19 +5,18 @@ A bundle holds three files:
 - ``config.json``: format and seqenc versions, the model name, the objective, the
   :class:`~seqenc.model.encoder.EncoderConfig`, the data spec without its vocabularies (the
   :class:`~seqenc.data.schema.EventSchema`, its ``id_types`` filled in for the item and categorical
-  columns from the vocabularies' types, and ``max_len``, the events per history fed to the
+  columns from the vocabularies' types, and ``history_len``, the events per history fed to the
   model), a hash of that configuration and the SHA-256 of each other file;
 - ``vocab.json``: :meth:`Vocabularies.to_dict`;
 - ``model.safetensors``: the encoder weights only (no optimizer, no objective head).
 
 The format is plain data: this module imports the model and the data spec, never training code.
 Loading reads JSON and safetensors only, so a bundle cannot run code; every field of
-``config.json`` is type-checked and cross-checked (objective vs attention, ``max_len`` vs position
-capacity, feature columns vs embedding tables, vocabularies vs tables) with messages naming the
-file and the field. Lightning checkpoints are pickles: :func:`bundle_from_checkpoint` reads them with
-``torch.load(weights_only=True)``, which refuses any object that is not plain data or a tensor.
-Bundles are written to a temporary directory next to the target and renamed into place, so a crash
-never leaves a half-written bundle. Bundles written before ``vocab_sha256`` existed still load.
+``config.json`` is type-checked and cross-checked (objective vs attention, ``history_len`` vs the encoder's
+``n_positions``, feature columns vs embedding tables, vocabularies vs tables) with messages naming the
+file and the field. Bundles are written to a temporary directory next to the target and renamed into place, so a crash
+never leaves a half-written bundle. Bundles written before ``vocab_sha256`` existed still load, and
+so do format 1 bundles (``max_len`` for ``history_len``, ``encoder.max_len`` for ``n_positions - 1``).
 
 A bundle reads event files with its id types (:attr:`BundleMeta.schema`): text ids such as
 ``"000156"`` stay text in a CSV. Older bundles take them from their vocabularies when loaded.
@@ -28,12 +27,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import pickle
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -47,7 +44,8 @@ from seqenc.model.objectives import OBJECTIVES
 from seqenc.version import __version__
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the lengths named (history_len, encoder.n_positions)
+READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safetensors"
 
 
@@ -58,10 +56,11 @@ class BundleMeta:
     Attributes:
         name: a human-readable model name (written into every export).
         objective: ``"causal"`` or ``"masked"``.
-        max_len: the newest ``max_len`` events of a history are fed to the model.
+        history_len: the newest ``history_len`` events of a history are fed to the model (at
+            most ``encoder.n_positions - 1``: the [MASK] slot).
         encoder: the encoder architecture.
         schema: the event-log columns the model reads, with the id types it reads them with.
-        config_hash: short SHA-256 of (objective, max_len, encoder, schema): bundles with equal
+        config_hash: short SHA-256 of (objective, history_len, encoder, schema): bundles with equal
             hashes read the same inputs and give embeddings of the same shape.
         weights_sha256: SHA-256 of ``model.safetensors``, checked on load.
         vocab_sha256: SHA-256 of ``vocab.json``, checked on load (``""`` in bundles written before
@@ -72,7 +71,7 @@ class BundleMeta:
 
     name: str
     objective: str
-    max_len: int
+    history_len: int
     encoder: EncoderConfig
     schema: EventSchema
     config_hash: str
@@ -92,7 +91,7 @@ class BundleMeta:
             "seqenc_version": self.seqenc_version,
             "name": self.name,
             "objective": self.objective,
-            "max_len": self.max_len,
+            "history_len": self.history_len,
             "encoder": asdict(self.encoder),
             "schema": self.schema.to_dict(),
             "config_hash": self.config_hash,
@@ -106,12 +105,18 @@ class BundleMeta:
         if not isinstance(d, dict):
             raise SeqencError(f"{where}: expected a JSON object, got {type(d).__name__}")
         version = d.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise SeqencError(
                 f"{where}: bundle format version {version!r} is not supported; seqenc "
-                f"{__version__} reads version {FORMAT_VERSION} (re-export the bundle, or use the "
-                f"seqenc version that wrote it: {d.get('seqenc_version')!r})"
+                f"{__version__} reads versions {READABLE_VERSIONS} (re-export the bundle, or use "
+                f"the seqenc version that wrote it: {d.get('seqenc_version')!r})"
             )
+        stored = d  # the config_hash covers the fields as written
+        if version == 1:
+            d = {k: v for k, v in d.items() if k != "max_len"}
+            d |= {"history_len": stored["max_len"]} if "max_len" in stored else {}
+            if isinstance(d.get("encoder"), dict):
+                d["encoder"] = EncoderConfig.upgrade(d["encoder"])
         optional = {"vocab_sha256"}
         missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in optional]
         if missing:
@@ -119,7 +124,7 @@ class BundleMeta:
         for key in ("name", "objective", "config_hash", "weights_sha256", "seqenc_version"):
             _expect(d[key], str, f"{where}: {key}")
         _expect(d.get("vocab_sha256", ""), str, f"{where}: vocab_sha256")
-        _expect(d["max_len"], int, f"{where}: max_len")
+        _expect(d["history_len"], int, f"{where}: history_len")
         for key in ("encoder", "schema"):
             _expect(d[key], dict, f"{where}: {key}")
         # Bundles written before the query time had the recency input instead.
@@ -130,7 +135,7 @@ class BundleMeta:
         meta = cls(
             name=d["name"],
             objective=d["objective"],
-            max_len=d["max_len"],
+            history_len=d["history_len"],
             encoder=encoder,
             schema=schema,
             config_hash=d["config_hash"],
@@ -140,7 +145,7 @@ class BundleMeta:
             format_version=version,
         )
         meta.check(where)
-        if meta.config_hash != config_hash(meta.objective, meta.max_len, d["encoder"], d["schema"]):
+        if meta.config_hash != _hash({k: stored[k] for k in stored if k in HASHED}):
             raise SeqencError(f"{where}: config_hash does not match the configuration (edited?)")
         return meta
 
@@ -157,8 +162,9 @@ class BundleMeta:
                 f"objective {self.objective!r} does not match encoder.causal={enc.causal}",
             ),
             (
-                1 <= self.max_len <= enc.max_len,
-                f"max_len {self.max_len} must lie in [1, encoder.max_len = {enc.max_len}]",
+                1 <= self.history_len < enc.n_positions,
+                f"history_len {self.history_len} must lie in [1, encoder.n_positions - 1 = "
+                f"{enc.n_positions - 1}]",
             ),
             (
                 len(schema.categorical) == len(enc.categorical_sizes),
@@ -216,21 +222,27 @@ def _dataclass_from(cls: type, d: dict[str, Any], where: str) -> Any:
         raise SeqencError(f"{where}: invalid model configuration: {e}") from e
 
 
+# The config.json keys the config_hash covers (format 1 bundles: max_len for history_len).
+HASHED = ("objective", "history_len", "max_len", "encoder", "schema")
+
+
 def config_hash(
-    objective: str, max_len: int, encoder: EncoderConfig | dict, schema: EventSchema | dict
+    objective: str, history_len: int, encoder: EncoderConfig | dict, schema: EventSchema | dict
 ) -> str:
     """16 hex digits of the SHA-256 of the canonical JSON of the model's configuration (of the
     dicts as ``config.json`` stores them, so fields added later do not change old bundles' hash)."""
-    text = json.dumps(
+    return _hash(
         {
             "objective": objective,
-            "max_len": max_len,
+            "history_len": history_len,
             "encoder": encoder if isinstance(encoder, dict) else asdict(encoder),
             "schema": schema if isinstance(schema, dict) else schema.to_dict(),
-        },
-        sort_keys=True,
+        }
     )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def file_sha256(path: Path) -> str:
@@ -278,7 +290,7 @@ def save_bundle(
     _check_vocabs(spec.vocabs, config, spec.schema, where)
     config_text = {
         "objective": objective,
-        "max_len": spec.max_len,
+        "history_len": spec.history_len,
         "encoder": config,
         "schema": vocab_id_types(spec.schema, spec.vocabs, where),
     }
@@ -349,52 +361,3 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
             f"weights {str(weights)!r} do not fit the encoder in config.json: {e}"
         ) from e
     return encoder.eval(), meta, vocabs
-
-
-def _load_checkpoint(path: Path) -> dict[str, Any]:
-    """``torch.load(weights_only=True)``: plain containers and tensors only, never arbitrary objects."""
-    if not path.is_file():
-        raise SeqencError(f"checkpoint not found: {str(path)!r}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SeqencError(
-            f"refusing to load checkpoint {str(path)!r}: it holds objects other than plain data and "
-            f"tensors, which could run code when unpickled ({first})"
-        ) from e
-    except (RuntimeError, OSError, EOFError, ValueError) as e:
-        raise SeqencError(f"cannot read checkpoint {str(path)!r}: {e}") from e
-    missing = [k for k in ("hyper_parameters", "state_dict", "encoder_config") if k not in ckpt]
-    if not any(isinstance(v, dict) and "spec" in v for v in ckpt.values()):
-        missing.append("the DataModule's spec")
-    if missing:
-        raise SeqencError(
-            f"checkpoint {str(path)!r} lacks {missing}; expected a checkpoint written by "
-            "`seqenc fit` (SeqencModule with its SequenceDataModule)"
-        )
-    return ckpt
-
-
-def bundle_from_checkpoint(
-    ckpt_path: str | Path, output_dir: str | Path, name: str | None = None
-) -> Path:
-    """Turn a ``seqenc fit`` Lightning checkpoint into a bundle; returns the bundle path.
-
-    Reads plain data only: the module's ``encoder_config`` and ``encoder.*`` weights, its
-    ``objective`` hyperparameter, and the DataModule's saved spec.
-    """
-    ckpt_path = Path(ckpt_path)
-    ckpt = _load_checkpoint(ckpt_path)
-    try:
-        encoder = SequenceEncoder(EncoderConfig(**ckpt["encoder_config"]))
-        prefix = "encoder."
-        encoder.load_state_dict(
-            {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
-        )
-        state = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)
-        spec = DataSpec.from_dict(state["spec"])
-        objective = ckpt["hyper_parameters"]["objective"]
-    except (TypeError, KeyError, RuntimeError, SeqencError) as e:
-        raise SeqencError(f"checkpoint {str(ckpt_path)!r} is not a usable seqenc model: {e}") from e
-    return save_bundle(output_dir, encoder, spec, objective=objective, name=name)

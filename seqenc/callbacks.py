@@ -9,7 +9,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from seqenc.baselines import BASELINES, baseline_metrics
-from seqenc.bundle import bundle_from_checkpoint, save_bundle
+from seqenc.bundle import save_bundle
+from seqenc.checkpoint import bundle_from_checkpoint
 
 
 class ConfiguredEarlyStopping(EarlyStopping):

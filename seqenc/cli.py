@@ -10,15 +10,18 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
-from seqenc.bundle import bundle_from_checkpoint
 from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.checkpoint import bundle_from_checkpoint
 from seqenc.cli_support import default_logger_classes, one_line_errors, run_user_command
 from seqenc.compat_cli import align_after_fit, align_main, check_parent_bundle, drift_main
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.module import SeqencModule, resume_options
+from seqenc.errors import SeqencError
+from seqenc.module import SeqencModule
+from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
 from seqenc.version import __version__
 
 MONITOR = "val/ndcg@10"
@@ -72,7 +75,7 @@ class SeqencCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
-        line or in a config file (:func:`~seqenc.module.resume_options`: a changed learning rate or
+        line or in a config file (:func:`~seqenc.run_options.resume_options`: a changed learning rate or
         dropout applies, a changed ``d_model`` is refused). Lightning's own lets the checkpoint's
         override every given option, silently."""
         subcommand = self.config.get("subcommand")
@@ -98,6 +101,39 @@ class SeqencCLI(LightningCLI):
             print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
             print(f"bundle: {writer.path}")
             align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
+
+
+# Keys renamed when the lengths got their names and the model its encoder section.
+RENAMED = {"data.max_len": "data.history_len"} | {
+    f"model.{name}": f"model.encoder.{name}" for name in sorted(ENCODER_FIELDS - set(FROM_DATA))
+}
+
+
+def check_renamed(argv: list[str]) -> None:
+    """An option under its old name (command line or ``--config`` file) is one line naming the
+    new one, not jsonargparse's usage message."""
+    keys = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--")]
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None
+        path = arg.split("=", 1)[1] if arg.startswith("--config=") else path
+        if path and Path(path).is_file():
+            keys += _yaml_keys(yaml.safe_load(Path(path).read_text()), f"{path}: ")
+    for key in keys:
+        old = key.split(": ")[-1]
+        if old in RENAMED:
+            raise SeqencError(f"{key} is now {RENAMED[old]}")
+
+
+def _yaml_keys(tree: object, prefix: str) -> list[str]:
+    """``data.max_len``-style paths of the (two top levels of the) mapping ``tree``."""
+    if not isinstance(tree, dict):
+        return []
+    return [
+        f"{prefix}{section}.{key}"
+        for section, options in tree.items()
+        if isinstance(options, dict)
+        for key in options
+    ]
 
 
 def _run_name(argv: list[str]) -> str:
@@ -240,14 +276,17 @@ def main(argv: list[str] | None = None) -> None:
 
         return probe_main(argv[1:])
     run_user_command(
-        lambda: SeqencCLI(
-            SeqencModule,
-            SequenceDataModule,
-            trainer_defaults=trainer_defaults(_run_name(argv)),
-            # Only fit saves its config (into the run folder); test / validate have no run folder.
-            save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
-            save_config_kwargs={"overwrite": True},
-            args=given,  # None: LightningCLI reads sys.argv itself
+        lambda: (
+            check_renamed(argv)
+            or SeqencCLI(
+                SeqencModule,
+                SequenceDataModule,
+                trainer_defaults=trainer_defaults(_run_name(argv)),
+                # Only fit saves its config (into the run folder); test / validate have no run folder.
+                save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
+                save_config_kwargs={"overwrite": True},
+                args=given,  # None: LightningCLI reads sys.argv itself
+            )
         ),
         f"seqenc {argv[0] if argv else ''}".strip(),
     )

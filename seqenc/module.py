@@ -20,72 +20,9 @@ from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.repeat import mixture_nll
+from seqenc.run_options import REPEAT_SHARE, check_options, resolve_encoder, shape_mismatch
 
 log = logging.getLogger(__name__)
-REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
-# Options that set which weights the model has and their shapes: a resumed run keeps them.
-SHAPE_OPTIONS = (
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "ffn_mult",
-    "positional",
-    "time",
-    "query_time",
-    "time_bias",
-    "repeat_head",
-)
-
-
-def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
-    """The model options of a run resumed from a checkpoint trained with ``saved``: the ones
-    ``given`` (command line or config file) win, except that a shape option
-    (:data:`SHAPE_OPTIONS`) cannot change its weights. ``None`` (on when the data allows) is
-    checked on the built model instead (:meth:`SeqencModule.on_load_checkpoint`)."""
-    for name in SHAPE_OPTIONS:
-        new, old = given.get(name), saved.get(name)
-        if new is not None and old is not None and new != old:
-            raise SeqencError(
-                f"--model.{name} {new} cannot change when resuming: the checkpoint was trained "
-                f"with {old} (it sets the weights' shapes); drop the option, or train a new model"
-            )
-    return saved | given
-
-
-def shape_mismatch(saved: dict[str, Any], config: EncoderConfig, spec: DataSpec) -> str:
-    """Why weights of the encoder configuration ``saved`` do not fit ``config``: the data's
-    vocabulary (which column, both sizes), ``max_len`` or a model option, each with both values."""
-    schema = spec.schema
-    now = asdict(config)
-    if saved["n_items"] != now["n_items"]:
-        return (
-            f"the data's vocabulary differs from the checkpoint's: column {schema.item!r} has "
-            f"{now['n_items']} item ids here, {saved['n_items']} in the checkpoint (special ids "
-            "included)"
-        )
-    old_sizes, new_sizes = tuple(saved["categorical_sizes"]), tuple(now["categorical_sizes"])
-    if len(old_sizes) == len(new_sizes) and old_sizes != new_sizes:
-        i = next(i for i, (a, b) in enumerate(zip(old_sizes, new_sizes, strict=True)) if a != b)
-        return (
-            f"the data's vocabulary differs from the checkpoint's: column "
-            f"{schema.categorical[i]!r} has {new_sizes[i]} values here, {old_sizes[i]} in the "
-            "checkpoint"
-        )
-    if old_sizes != new_sizes or saved["n_numeric"] != now["n_numeric"]:
-        return (
-            f"the data's schema differs from the checkpoint's: {len(new_sizes)} categorical and "
-            f"{now['n_numeric']} numeric columns here, {len(old_sizes)} and {saved['n_numeric']} "
-            "in the checkpoint"
-        )
-    changed = [k for k in (*SHAPE_OPTIONS, "max_len") if saved.get(k) != now[k]]
-    return (
-        "; ".join(
-            f"{'data' if k == 'max_len' else 'model'}.{k} is {now[k]} here, {saved.get(k)} in the "
-            "checkpoint"
-            for k in changed
-        )
-        or "its weights have other names or shapes"
-    )
 
 
 class SeqencModule(pl.LightningModule):
@@ -93,24 +30,25 @@ class SeqencModule(pl.LightningModule):
 
     Args:
         spec: what the model must agree on with the data, from :attr:`SequenceDataModule.spec`
-            (the CLI links it): vocabularies, feature columns, ``max_len``, whether there is time.
+            (the CLI links it): vocabularies, feature columns, ``history_len``, whether there is
+            time.
         objective: ``"causal"`` (next item at every position) or ``"masked"`` (cloze), see
             :mod:`seqenc.model.objectives`.
-        d_model, n_layers, n_heads, ffn_mult, dropout, attention_dropout, positional, pooling,
-            normalize: encoder shape (see :class:`~seqenc.model.encoder.EncoderConfig`, whose
-            defaults these are).
-        time: the one switch for every time input; ``None`` = on exactly when the data has real
-            timestamps (``True`` on a log without timestamps is off).
-        query_time, time_bias: time options (see :class:`~seqenc.model.encoder.EncoderConfig`).
-        repeat_head: the repeat head (:mod:`seqenc.model.repeat`); ``None`` = on for the causal
-            objective when at least ``REPEAT_SHARE`` of the events repeat an earlier item of their
-            entity (``spec.repeat_share``).
+        encoder: the encoder's options (:class:`~seqenc.model.encoder.EncoderConfig`; on the
+            command line ``--model.encoder.d_model 64``). The fields the data decides are set from
+            ``spec`` (:func:`~seqenc.run_options.resolve_encoder`), ``time`` is on when the log has timestamps and
+            ``repeat_head`` ``None`` (the default) on for the causal objective when at least
+            ``REPEAT_SHARE`` of the events repeat an earlier item of their entity
+            (``spec.repeat_share``). :attr:`config` holds the resolved configuration, and so do
+            the saved hyper-parameters.
         loss: ``"ce"`` (full softmax), ``"sampled_softmax"``, ``"bce"`` or ``"gbce"``.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
-            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
+            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`); refused with the
+            repeat head, whose mixture loss takes none.
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective;
             ``mask_last_prob`` of the training rows get one [MASK] on their newest event only
-            (see :func:`~seqenc.model.masking.mask_items`).
+            (see :func:`~seqenc.model.masking.mask_items`). Refused, unless left at their
+            defaults, with the causal objective.
         next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
         contrastive_weight: weight of the entity-level contrastive loss (:mod:`seqenc.model.contrastive`:
             two random slices of each history are a positive pair, the other entities of the batch
@@ -121,7 +59,8 @@ class SeqencModule(pl.LightningModule):
         filter_seen: drop every item of the history from the ranking at evaluation, the target
             included (a repeated target is then a miss). ``None`` = on exactly when fewer than
             ``REPEAT_SHARE`` of the events are repeats (MovieLens-style logs, the published
-            protocol); on logs where repeats are common, ranking them is the task.
+            protocol); on logs where repeats are common, ranking them is the task. Saved
+            resolved.
         ks: cut-offs for HR@K and NDCG@K.
     """
 
@@ -129,19 +68,7 @@ class SeqencModule(pl.LightningModule):
         self,
         spec: DataSpec,
         objective: Literal["causal", "masked"] = "causal",
-        d_model: int = EncoderConfig.d_model,
-        n_layers: int = EncoderConfig.n_layers,
-        n_heads: int = EncoderConfig.n_heads,
-        ffn_mult: int = EncoderConfig.ffn_mult,
-        dropout: float = EncoderConfig.dropout,
-        attention_dropout: float = EncoderConfig.attention_dropout,
-        positional: Literal["learned", "rope", "none"] = EncoderConfig.positional,
-        time: bool | None = None,
-        query_time: bool = EncoderConfig.query_time,
-        time_bias: bool = EncoderConfig.time_bias,
-        repeat_head: bool | None = None,
-        pooling: Literal["last", "mean"] = EncoderConfig.pooling,
-        normalize: bool = EncoderConfig.normalize,
+        encoder: EncoderConfig = EncoderConfig(),  # noqa: B008 (never mutated)
         loss: Literal["ce", "sampled_softmax", "bce", "gbce"] = "ce",
         loss_options: dict[str, Any] | None = None,
         mask_prob: float = Masked.mask_prob,
@@ -164,51 +91,14 @@ class SeqencModule(pl.LightningModule):
         self.objective = (
             Causal() if objective == "causal" else Masked(mask_prob, replace_rule, mask_last_prob)
         )
+        if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
+            encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
+        self.config = resolve_encoder(encoder, spec, self.objective)
+        check_options(dict(self.hparams), self.config, objective)
         repeats = spec.repeat_share >= REPEAT_SHARE
         self.filter_seen = not repeats if filter_seen is None else filter_seen
-        if repeat_head is None:
-            repeat_head = repeats and self.objective.causal
-        if repeat_head and loss != "ce":
-            raise SeqencError(
-                f"repeat_head trains with the full softmax only (loss: ce), got {loss!r}"
-            )
-        if min(next_item_weight, contrastive_weight) < 0 or not (
-            next_item_weight > 0 or contrastive_weight > 0
-        ):
-            raise SeqencError(
-                "next_item_weight and contrastive_weight must be >= 0 and not both 0, got "
-                f"{next_item_weight} and {contrastive_weight}"
-            )
-        if contrastive_weight > 0 and not (
-            contrastive_temperature > 0 and 0 < contrastive_min_share <= 1
-        ):
-            raise SeqencError(
-                f"contrastive_temperature={contrastive_temperature} must be > 0 and "
-                f"contrastive_min_share={contrastive_min_share} in (0, 1]"
-            )
-        # Time inputs need timestamps: `time: true` on a log without them (e.g. a config meant for
-        # click logs) trains without, instead of a model whose bundle could not be written.
-        use_time = spec.has_time and (time is None or bool(time))
-        self.config = EncoderConfig(
-            n_items=spec.n_items,
-            d_model=d_model,
-            n_layers=n_layers,
-            n_heads=n_heads,
-            ffn_mult=ffn_mult,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            max_len=spec.max_len,
-            positional=positional,
-            time=use_time,
-            query_time=use_time and query_time,
-            time_bias=use_time and time_bias,
-            repeat_head=bool(repeat_head),
-            categorical_sizes=spec.categorical_sizes,
-            n_numeric=spec.n_numeric,
-            causal=self.objective.causal,
-            pooling=pooling,
-            normalize=normalize,
-        )
+        # Saved resolved: a checkpoint says what was trained, not what the data would pick.
+        self.hparams.update(encoder=asdict(self.config), filter_seen=self.filter_seen)
         self.encoder = SequenceEncoder(self.config)
         self.val_metrics = RankingMetrics(ks)
         self.test_metrics = RankingMetrics(ks)
@@ -315,7 +205,7 @@ class SeqencModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Before the weights load (resume, test): refuse, in one line, a checkpoint whose weights
-        do not fit this model (other data vocabulary, ``max_len`` or shape option)."""
+        do not fit this model (other data vocabulary, ``history_len`` or shape option)."""
         shapes = {k: tuple(v.shape) for k, v in self.state_dict().items()}
         saved = {k: tuple(v.shape) for k, v in checkpoint.get("state_dict", {}).items()}
         if "encoder_config" in checkpoint and saved != shapes:

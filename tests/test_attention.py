@@ -63,7 +63,7 @@ def _kernels(fn: Callable[[], None]) -> set[str]:
 def test_fused_sdpa_kernel_is_used(causal: bool, dtype: torch.dtype, lengths: list[int]) -> None:
     torch.manual_seed(0)
     model = SequenceEncoder(
-        EncoderConfig(n_items=20, d_model=16, n_heads=2, max_len=8, causal=causal)
+        EncoderConfig(n_items=20, d_model=16, n_heads=2, n_positions=9, causal=causal)
     )
     width = 7
     batch = Batch(
@@ -86,7 +86,7 @@ def test_fused_sdpa_kernel_is_used(causal: bool, dtype: torch.dtype, lengths: li
 
 
 def test_rope_matches_complex_rotation() -> None:
-    rope = RotaryEmbedding(head_dim=8, max_len=20)
+    rope = RotaryEmbedding(head_dim=8, n_positions=21)
     x = torch.randn(2, 3, 20, 8, dtype=torch.float64).float()
     as_complex = torch.complex(x[..., :4].double(), x[..., 4:].double())
     theta = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
@@ -98,7 +98,7 @@ def test_rope_matches_complex_rotation() -> None:
 
 def test_rope_scores_depend_only_on_the_offset() -> None:
     torch.manual_seed(0)
-    rope = RotaryEmbedding(head_dim=16, max_len=64)
+    rope = RotaryEmbedding(head_dim=16, n_positions=65)
     q, k = torch.randn(16), torch.randn(16)
     rq = rope(q.expand(1, 1, 64, 16))[0, 0]
     rk = rope(k.expand(1, 1, 64, 16))[0, 0]

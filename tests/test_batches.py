@@ -49,7 +49,7 @@ def test_collate_matches_naive_rows():
     rows = np.array([0, 1, 2, 2, 4])
     ends = np.array([off[1], off[2], off[3], off[3] - 2, off[5] - 1])
     view = SequenceView(store, rows, off[rows], ends, targets=None)
-    batch = collate(view, np.array([4, 0, 2, 3, 1]), max_len=6, with_seen=True)
+    batch = collate(view, np.array([4, 0, 2, 3, 1]), max_events=6, with_seen=True)
     assert batch.items.shape == (5, 6)
     for b, j in enumerate([4, 0, 2, 3, 1]):
         at_end = ends[j] == off[rows[j] + 1]
@@ -77,7 +77,7 @@ def test_targets_and_empty_rows():
     view = SequenceView(
         store, np.array([0, 1]), np.array([0, 4]), np.array([3, 4]), targets=np.array([3, 5])
     )
-    batch = collate(view, np.array([0, 1]), max_len=10)
+    batch = collate(view, np.array([0, 1]), max_events=10)
     assert batch.target.tolist() == [store.items[3], store.items[5]]
     assert batch.lengths.tolist() == [3, 0]
     assert not torch.isnan(batch.dt_ref).any()

@@ -17,10 +17,10 @@ from seqenc.bundle import (
     CONFIG_FILE,
     VOCAB_FILE,
     WEIGHTS_FILE,
-    bundle_from_checkpoint,
     load_bundle,
     save_bundle,
 )
+from seqenc.checkpoint import bundle_from_checkpoint
 from seqenc.cli import main as cli_main
 from seqenc.data.batches import collate
 from seqenc.data.datamodule import SequenceDataModule
@@ -28,7 +28,7 @@ from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
 from seqenc.data.split import full_view
 from seqenc.errors import SeqencError
-from seqenc.model.encoder import SequenceEncoder
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.module import SeqencModule
 
 
@@ -45,8 +45,9 @@ def test_round_trip_same_weights_config_and_embeddings(tmp_path):
     encoder, meta, vocabs = load_bundle(path)
     assert sorted(p.name for p in path.iterdir()) == [CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE]
     config = json.loads((path / CONFIG_FILE).read_text())
-    assert config["format_version"] == 1 and config["name"] == "tiny"
-    assert config["objective"] == "causal" and config["max_len"] == 24
+    assert config["format_version"] == 2 and config["name"] == "tiny"
+    assert config["objective"] == "causal" and config["history_len"] == 24
+    assert config["encoder"]["n_positions"] == 25 and "max_len" not in config["encoder"]
     assert config["schema"]["categorical"] == ["event_type", "channel"]
     assert len(config["config_hash"]) == 16 and config["encoder"]["d_model"] == 16
     assert not encoder.training and meta.dim == 16
@@ -66,7 +67,7 @@ def test_config_hash_depends_on_configuration_not_weights(tmp_path):
     events = tiny_events()
     a = json.loads((tiny_bundle(tmp_path / "a", events) / CONFIG_FILE).read_text())
     b = json.loads((tiny_bundle(tmp_path / "b", events, dropout=0.1) / CONFIG_FILE).read_text())
-    c = json.loads((tiny_bundle(tmp_path / "c", events, max_len=12) / CONFIG_FILE).read_text())
+    c = json.loads((tiny_bundle(tmp_path / "c", events, history_len=12) / CONFIG_FILE).read_text())
     assert a["config_hash"] != b["config_hash"] != c["config_hash"] != a["config_hash"]
     again = json.loads((tiny_bundle(tmp_path / "d", events) / CONFIG_FILE).read_text())
     assert again["config_hash"] == a["config_hash"]
@@ -74,8 +75,8 @@ def test_config_hash_depends_on_configuration_not_weights(tmp_path):
 
 def _train_checkpoint(tmp_path: Path) -> tuple[Path, SeqencModule]:
     """Two training steps of a tiny SeqencModule, checkpointed by a Lightning Trainer."""
-    data = SequenceDataModule(tiny_events(), schema=SCHEMA, max_len=16, batch_size=16)
-    module = SeqencModule(data.spec, d_model=16, n_layers=1)
+    data = SequenceDataModule(tiny_events(), schema=SCHEMA, history_len=16, batch_size=16)
+    module = SeqencModule(data.spec, encoder=EncoderConfig(d_model=16, n_layers=1))
     trainer = pl.Trainer(
         max_steps=2,
         logger=False,
@@ -96,7 +97,7 @@ def test_bundle_from_checkpoint_matches_trained_module(tmp_path, capsys):
     ckpt, module = _train_checkpoint(tmp_path)
     path = bundle_from_checkpoint(ckpt, tmp_path / "bundle", name="run-1")
     encoder, meta, vocabs = load_bundle(path)
-    assert (meta.name, meta.objective, meta.max_len) == ("run-1", "causal", 16)
+    assert (meta.name, meta.objective, meta.history_len) == ("run-1", "causal", 16)
     types = {"item_id": "int", "event_type": "string", "channel": "string"}  # the vocabularies'
     assert meta.schema == SCHEMA.with_id_types(types)
     assert vocabs == module.trainer.datamodule.vocabs
@@ -175,7 +176,7 @@ def test_damaged_bundle_gives_error_naming_the_file(tmp_path, damage, file, mess
     [
         ({"format_version": 99}, "format version 99 is not supported"),
         ({"objective": "other"}, "objective must be one of"),
-        ({"max_len": 7}, "config_hash does not match"),
+        ({"history_len": 7}, "config_hash does not match"),
         ({"encoder": {"n_items": 2}}, "invalid model configuration"),
     ],
 )
@@ -201,8 +202,8 @@ def test_missing_bundle_and_vocab_mismatch(tmp_path):
 def test_writes_are_atomic_and_only_replace_bundles(tmp_path, monkeypatch):
     events = tiny_events()
     path = tiny_bundle(tmp_path / "b", events)
-    tiny_bundle(path, events, max_len=12)  # replacing a bundle is fine
-    assert load_bundle(path)[1].max_len == 12
+    tiny_bundle(path, events, history_len=12)  # replacing a bundle is fine
+    assert load_bundle(path)[1].history_len == 12
 
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "data.txt").write_text("keep me")
@@ -219,7 +220,7 @@ def test_writes_are_atomic_and_only_replace_bundles(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
     with pytest.raises(OSError, match="disk full"):
         tiny_bundle(path, events)  # the old bundle survives a failed replacement
-    assert load_bundle(path)[1].max_len == 12
+    assert load_bundle(path)[1].history_len == 12
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "precious"]  # no temp dirs left
 
 
@@ -248,11 +249,14 @@ def test_bundle_without_vocab_checksum_still_loads(tmp_path, caplog):
     [
         ({"encoder": {"d_model": "16"}}, r"encoder.d_model must be int, got '16'"),
         ({"encoder": {"causal": 1}}, r"encoder.causal must be bool, got 1"),
-        ({"encoder": {"max_len": 12}}, r"max_len 24 must lie in \[1, encoder.max_len = 12\]"),
+        (
+            {"encoder": {"n_positions": 12}},
+            r"history_len 24 must lie in \[1, encoder.n_positions - 1 = 11\]",
+        ),
         ({"encoder": {"causal": False}}, "does not match encoder.causal"),
         ({"encoder": {"n_numeric": 0}}, "schema.numeric has 1 column"),
         ({"schema": {"timestamp": None}}, "encoder.time is true but schema.timestamp is null"),
-        ({"max_len": "24"}, "max_len must be int"),
+        ({"history_len": "24"}, "history_len must be int"),
         ({"encoder": {"colour": 1}}, r"unknown field\(s\) \['colour'\]"),
     ],
 )
@@ -276,6 +280,10 @@ def test_bundles_written_before_the_data_spec_still_load_and_encode_the_same(obj
     root = Path(__file__).parent / "data" / "legacy_bundles"
     encoder = load_encoder(root / objective, device="cpu")
     assert encoder.model.config.recency and not encoder.model.config.query_time
+    # format 1: max_len (events fed) is history_len, encoder.max_len is n_positions - 1
+    config = json.loads((root / objective / CONFIG_FILE).read_text())
+    assert encoder.meta.history_len == config["max_len"]
+    assert encoder.model.config.n_positions == config["encoder"]["max_len"] + 1
     got = encoder.encode(root / "events.parquet", output="numpy").embeddings
     np.testing.assert_allclose(got, np.load(root / objective / "expected.npy"), rtol=0, atol=1e-5)
 
@@ -338,7 +346,7 @@ def test_id_types_round_trip_and_bundles_without_them_take_the_vocabularies(tmp_
 
     config = json.loads((path / CONFIG_FILE).read_text())  # as written before id_types existed
     del config["schema"]["id_types"]
-    parts = ("objective", "max_len", "encoder", "schema")
+    parts = ("objective", "history_len", "encoder", "schema")
     config["config_hash"] = config_hash(*(config[k] for k in parts))
     (path / CONFIG_FILE).write_text(json.dumps(config))
     assert load_bundle(path)[1].schema == meta.schema

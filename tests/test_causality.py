@@ -77,7 +77,7 @@ def test_position_i_sees_only_events_up_to_i(options, j):
         n_items=len(vocabs.item),
         d_model=16,
         n_heads=2,
-        max_len=N_EVENTS,
+        n_positions=N_EVENTS + 1,
         dropout=0.0,
         categorical_sizes=(len(vocabs.categorical["kind"]),),
         n_numeric=1,

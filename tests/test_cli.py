@@ -63,9 +63,9 @@ def test_fit_beats_popularity(tmp_path, monkeypatch, capsys):
         capsys,
         events,
         "--seed_everything", "0",
-        "--data.max_len", "32",
+        "--data.history_len", "32",
         "--data.batch_size", "32",
-        "--model.d_model", "32",
+        "--model.encoder.d_model", "32",
         "--model.lr", "0.005",
         "--model.warmup_steps", "5",
         "--trainer.max_epochs", "4",
@@ -105,7 +105,7 @@ def test_early_stopping_patience_is_configurable(tmp_path, monkeypatch, capsys):
     count of epochs without improvement goes on from 1, so epochs 2 and 3 run (patience 1 would stop
     after epoch 2)."""
     events = generate_events(100, n_items=30, seed=1, max_events=40)
-    args = ("--data.max_len", "16", "--model.d_model", "16", "--model.lr", "0.0",
+    args = ("--data.history_len", "16", "--model.encoder.d_model", "16", "--model.lr", "0.0",
             "--trainer.max_epochs", "6", "--early_stopping.min_share", "0")  # fmt: skip
     run_dir = fit_run(
         tmp_path, monkeypatch, capsys, events, *args, "--early_stopping.patience", "1"
@@ -131,7 +131,7 @@ def test_early_stopping_waits_for_a_share_of_the_schedule(tmp_path, monkeypatch,
     events = generate_events(100, n_items=30, seed=1, max_events=40)
     run_dir = fit_run(
         tmp_path, monkeypatch, capsys, events,
-        "--data.max_len", "16", "--model.d_model", "16", "--model.lr", "0.0",
+        "--data.history_len", "16", "--model.encoder.d_model", "16", "--model.lr", "0.0",
         "--trainer.max_epochs", "6", "--early_stopping.patience", "1",
     )  # fmt: skip
     metrics = pd.read_csv(run_dir / "metrics.csv")
@@ -203,7 +203,7 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
     events = generate_events(60, n_items=20, seed=2, max_events=30)
     events.to_parquet(tmp_path / "events.parquet")
     monkeypatch.chdir(tmp_path)
-    main(["fit", "--data.path", "events.parquet", "--data.max_len", "16", "--model.d_model", "16",
+    main(["fit", "--data.path", "events.parquet", "--data.history_len", "16", "--model.encoder.d_model", "16",
           "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])  # fmt: skip
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
@@ -214,7 +214,7 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
     assert "baseline/repeat/ndcg@10" in metrics.columns
 
 
-RESUME = ("--data.max_len", "8", "--model.d_model", "8", "--trainer.max_epochs", "1")
+RESUME = ("--data.history_len", "8", "--model.encoder.d_model", "8", "--trainer.max_epochs", "1")
 
 
 def trained(tmp_path, monkeypatch, capsys) -> tuple[pd.DataFrame, str]:
@@ -222,7 +222,7 @@ def trained(tmp_path, monkeypatch, capsys) -> tuple[pd.DataFrame, str]:
     events = generate_events(60, n_items=20, seed=2, max_events=30)
     run_dir = fit_run(
         tmp_path, monkeypatch, capsys, events, *RESUME, "--model.lr", "0.005",
-        "--model.dropout", "0.1",
+        "--model.encoder.dropout", "0.1",
     )  # fmt: skip
     time.sleep(1)  # the next run gets its own folder (named by the second)
     return events, str(run_dir / "checkpoints" / "last.ckpt")
@@ -236,8 +236,8 @@ def test_resume_applies_the_options_that_keep_the_weights_shapes(tmp_path, monke
 
     events, last = trained(tmp_path, monkeypatch, capsys)
     resumed = fit_run(
-        tmp_path, monkeypatch, capsys, events, "--data.max_len", "8", "--trainer.max_epochs", "2",
-        "--ckpt_path", last, "--model.lr", "1e-4", "--model.dropout", "0.3",
+        tmp_path, monkeypatch, capsys, events, "--data.history_len", "8", "--trainer.max_epochs", "2",
+        "--ckpt_path", last, "--model.lr", "1e-4", "--model.encoder.dropout", "0.3",
         "--model.weight_decay", "0.05",
     )  # fmt: skip
     checkpoint = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
@@ -264,8 +264,14 @@ def test_resume_refuses_a_shape_option_or_another_vocabulary_in_one_line(
         name: frame["item_id"].nunique() + 3 for name, frame in (("old", events), ("new", more))
     }
     cases = {
-        ("events.parquet", "--model.d_model", "16"): ["--model.d_model 16", "trained with 8"],
-        ("events.parquet", "--model.time_bias", "true"): ["--model.time_bias True", "with False"],
+        ("events.parquet", "--model.encoder.d_model", "16"): [
+            "--model.encoder.d_model 16",
+            "trained with 8",
+        ],
+        ("events.parquet", "--model.encoder.time_bias", "true"): [
+            "--model.encoder.time_bias True",
+            "with False",
+        ],
         ("more.parquet",): [
             "vocabulary differs from the checkpoint's",
             f"column 'item_id' has {n_items['new']} item ids here, {n_items['old']} in the checkpoint",
@@ -273,10 +279,38 @@ def test_resume_refuses_a_shape_option_or_another_vocabulary_in_one_line(
     }
     for (path, *option), words in cases.items():
         with pytest.raises(SystemExit) as info:
-            main(["fit", "--data.path", path, "--data.max_len", "8", "--trainer.max_epochs", "2",
+            main(["fit", "--data.path", path, "--data.history_len", "8", "--trainer.max_epochs", "2",
                   "--trainer.enable_progress_bar", "false", "--ckpt_path", last, *option])  # fmt: skip
         assert info.value.code == 1
         err = capsys.readouterr().err
         line = err.strip().splitlines()[-1]
         assert "Traceback" not in err and line.startswith("seqenc fit: error: "), err
         assert all(word in line for word in words), line
+
+
+@pytest.mark.parametrize("config", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")))
+def test_every_shipped_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(config), "--print_config"])
+    assert info.value.code == 0 and "history_len:" in capsys.readouterr().out
+
+
+def test_an_old_option_name_is_one_line_naming_the_new_one(tmp_path, capsys):
+    old = tmp_path / "old.yaml"
+    old.write_text("data:\n  path: x.parquet\n  max_len: 50\n")
+    cases = {
+        ("--data.path", "x.parquet", "--model.d_model", "16"): "model.d_model is now model.encoder.d_model",
+        ("--config", str(old)): f"{old}: data.max_len is now data.history_len",
+    }  # fmt: skip
+    for args, words in cases.items():
+        with pytest.raises(SystemExit) as info:
+            main(["fit", *args])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert info.value.code == 1 and err[-1] == f"seqenc fit: error: {words}"
+
+
+def test_a_schema_for_a_format_that_names_its_own_columns_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--data.path", "x.txt", "--data.format", "sasrec", "--data.schema.item", "i"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 1 and "data.schema applies to format 'events' only" in err[-1]

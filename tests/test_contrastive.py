@@ -12,13 +12,14 @@ from seqenc.data.vocab import Vocabularies, Vocabulary
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
 from seqenc.model.contrastive import info_nce, slice_views
+from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import compute_loss
 from seqenc.module import SeqencModule
 
 SPEC = DataSpec(
     EventSchema(categorical=("position",), numeric=("offset",)),
     Vocabularies(Vocabulary(list(range(40))), {"position": Vocabulary(list(range(20)))}),
-    max_len=12,
+    history_len=12,
 )
 
 
@@ -110,7 +111,7 @@ def test_slices_cover_every_length_and_start_and_an_empty_row_stays_empty():
 
 def _module(**options) -> SeqencModule:
     torch.manual_seed(0)
-    return SeqencModule(SPEC, d_model=8, n_heads=2, **options)
+    return SeqencModule(SPEC, **{"encoder": EncoderConfig(d_model=8, n_heads=2), **options})
 
 
 def test_off_by_default_training_is_unchanged():
@@ -134,7 +135,9 @@ def test_off_by_default_training_is_unchanged():
 @pytest.mark.parametrize("objective", ["causal", "masked"])
 def test_contrastive_loss_adds_infonce_on_the_readout_of_two_slices(objective):
     batch = _batch([12, 9, 5, 7], 13)
-    kwargs = dict(objective=objective, dropout=0.0, pooling="mean", mask_prob=1.0)
+    encoder = EncoderConfig(d_model=8, n_heads=2, dropout=0.0, pooling="mean")
+    masking = {"mask_prob": 1.0} if objective == "masked" else {}
+    kwargs = dict(objective=objective, encoder=encoder, **masking)
     plain = _module(**kwargs)
     mixed = _module(**kwargs, contrastive_weight=0.5, contrastive_temperature=0.2)
     alone = _module(**kwargs, contrastive_weight=1.0, next_item_weight=0.0)

@@ -18,7 +18,7 @@ def events():
 
 
 def _datamodule(events, **kw):
-    return SequenceDataModule(events, schema=SCHEMA, max_len=50, batch_size=16, **kw)
+    return SequenceDataModule(events, schema=SCHEMA, history_len=50, batch_size=16, **kw)
 
 
 def test_eval_batches_hold_history_and_target(events):
@@ -49,8 +49,8 @@ def test_train_windows_are_bucketed_and_deterministic(events):
         x.shape == y.shape and torch.equal(x, y) for x, y in zip(first, other, strict=False)
     )
     widths = [x.shape[1] for x in first]
-    assert max(widths) == 51  # max_len + 1: the causal objective's shifted target
-    assert min(widths) < 51  # short histories are not padded to max_len
+    assert max(widths) == 51  # window_len = history_len + 1: the causal objective's shifted target
+    assert min(widths) < 51  # short histories are not padded to the window
     padded = sum(x.numel() for x in first)
     real = sum(int((x != 0).sum()) for x in first)
     assert real / padded > 0.8
@@ -74,7 +74,7 @@ def test_batch_order_follows_seed_everything(events, monkeypatch):
 @pytest.mark.parametrize("windows", [True, False])
 def test_train_targets_cover_long_histories(events, windows):
     """With windows every training event but an entity's first is a target once; without, only
-    the newest ``max_len + 1`` events of each history are seen."""
+    the newest ``window_len`` events of each history are seen."""
     dm = _datamodule(events, windows=windows)
     train = dm.splits[0]
     targets = sum(int((b.items[:, 1:] != 0).sum()) for b in dm.train_dataloader())
@@ -102,7 +102,7 @@ def test_model_inputs_describe_the_data(events):
 def test_loader_formats_without_time(tmp_path):
     path = tmp_path / "seqs.txt"
     path.write_text("".join(f"{u} {i}\n" for u in range(1, 6) for i in range(1, 8)))
-    dm = SequenceDataModule(str(path), format="sasrec", max_len=10)
+    dm = SequenceDataModule(str(path), format="sasrec", history_len=10)
     assert dm.spec.schema.timestamp is None
     assert dm.spec.has_time is False
     assert len(dm.splits[0]) == 5

@@ -21,7 +21,7 @@ def make_embedding(**overrides: object) -> TokenEmbedding:
     options = dict(
         n_items=N_ITEMS,
         d_model=D,
-        max_len=MAX_LEN,
+        n_positions=MAX_LEN + 1,
         learned_positions=True,
         time=True,
         query_time=True,

@@ -57,7 +57,7 @@ def make_batch(
 def make_model(seed: int = 0, **overrides: object) -> SequenceEncoder:
     torch.manual_seed(seed)
     config = EncoderConfig(
-        n_items=N_ITEMS, d_model=16, n_layers=2, n_heads=2, max_len=12, **overrides
+        n_items=N_ITEMS, d_model=16, n_layers=2, n_heads=2, n_positions=13, **overrides
     )
     return SequenceEncoder(config).eval()
 
@@ -237,7 +237,7 @@ def test_bad_inputs_raise_seqenc_error() -> None:
     with pytest.raises(SeqencError, match="rotary"):
         SequenceEncoder(EncoderConfig(n_items=10, d_model=6, n_heads=2, positional="rope"))
     model = make_model()
-    with pytest.raises(SeqencError, match="max_len"):
+    with pytest.raises(SeqencError, match="n_positions"):
         model(make_batch([list(range(3, 17))]))
     with pytest.raises(SeqencError, match="categorical"):
         model(make_batch(HISTORIES, n_cat=1))
@@ -249,7 +249,7 @@ def test_learns_a_deterministic_successor() -> None:
     """A causal model trained with the fused CE learns ``next = current + 1`` almost perfectly."""
     torch.manual_seed(0)
     model = SequenceEncoder(
-        EncoderConfig(n_items=23, d_model=32, n_heads=2, max_len=10, dropout=0.0)
+        EncoderConfig(n_items=23, d_model=32, n_heads=2, n_positions=11, dropout=0.0)
     )
     generator = torch.Generator().manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -23,9 +23,9 @@ LAYERS = [
     ["seqenc.data"],
     ["seqenc.bundle", "seqenc.checkpoint", "seqenc.testing", "seqenc.baselines"],
     ["seqenc.compat"],  # a space's map to its parent and the lineage (issue 31)
-    ["seqenc.compat"],  # a space's map to its parent and the lineage (issue 31)
     [
         "seqenc.module",
+        "seqenc.run_options",
         "seqenc.callbacks",
         "seqenc.backends",
         "seqenc.outputs",
@@ -36,7 +36,6 @@ LAYERS = [
     ["seqenc.encoding"],  # the encoding core: every encode path calls it
     ["seqenc.incremental"],
     ["seqenc.inference"],  # the Encoder facade over the core and incremental encoding
-    ["seqenc.drift", "seqenc.compat_cli"],  # two versions: align, drift report, commands
     ["seqenc.drift", "seqenc.compat_cli"],  # two versions: align, drift report, commands
     ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
     ["seqenc.cli"],

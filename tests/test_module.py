@@ -1,17 +1,24 @@
 """The LightningModule's training targets, evaluation scores and schedule."""
 
+from dataclasses import replace
+
+import pytest
 import torch
 
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies, Vocabulary
+from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
+from seqenc.model.encoder import EncoderConfig
 from seqenc.model.masking import IGNORE
 from seqenc.model.objectives import Causal
 from seqenc.module import SeqencModule
 
 # 10 real items + 3 specials = 13 ids, with time, no event features
-SPEC = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), max_len=8)
+SPEC = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), history_len=8)
+
+SMALL = EncoderConfig(d_model=8, n_heads=2)
 
 
 def causal_targets(batch):
@@ -51,7 +58,7 @@ def test_causal_inputs_measure_recency_from_the_newest_input():
 
 
 def test_item_scores_filter_every_seen_item_target_included():
-    module = SeqencModule(SPEC, d_model=8, n_heads=2).eval()
+    module = SeqencModule(SPEC, encoder=SMALL).eval()
     # row 0 saw items 5 and 6, its target 6 is a repeat; row 1 saw 9
     batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 4], seen=[[0, 0, 1], [5, 6, 9]])
     with torch.no_grad():
@@ -66,7 +73,7 @@ def test_item_scores_filter_every_seen_item_target_included():
 
 
 def test_evaluation_counts_repeated_targets_and_misses_them_when_filtered():
-    module = SeqencModule(SPEC, d_model=8, n_heads=2, filter_seen=True).eval()
+    module = SeqencModule(SPEC, encoder=SMALL, filter_seen=True).eval()
     # every target repeats an item of its history
     batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 9], seen=[[0, 0, 1], [5, 6, 9]])
     with torch.no_grad():
@@ -76,12 +83,12 @@ def test_evaluation_counts_repeated_targets_and_misses_them_when_filtered():
 
 
 def test_defaults_follow_the_share_of_repeats():
-    plain = SeqencModule(SPEC, d_model=8, n_heads=2)
+    plain = SeqencModule(SPEC, encoder=SMALL)
     assert plain.filter_seen and plain.encoder.repeat is None
-    repeats = DataSpec(SPEC.schema, SPEC.vocabs, max_len=8, repeat_share=0.5)
-    causal = SeqencModule(repeats, d_model=8, n_heads=2)
+    repeats = DataSpec(SPEC.schema, SPEC.vocabs, history_len=8, repeat_share=0.5)
+    causal = SeqencModule(repeats, encoder=SMALL)
     assert not causal.filter_seen and causal.encoder.repeat is not None
-    masked = SeqencModule(repeats, objective="masked", d_model=8, n_heads=2)
+    masked = SeqencModule(repeats, objective="masked", encoder=SMALL)
     assert not masked.filter_seen and masked.encoder.repeat is None
 
 
@@ -89,7 +96,7 @@ def test_training_step_runs_both_objectives():
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for objective, repeat in (("causal", False), ("masked", False), ("causal", True)):
-        module = SeqencModule(SPEC, objective=objective, d_model=8, n_heads=2, repeat_head=repeat)
+        module = SeqencModule(SPEC, objective=objective, encoder=replace(SMALL, repeat_head=repeat))
         loss = module.training_step(batch, 0)
         loss.backward()
         assert torch.isfinite(loss) and loss > 0
@@ -97,41 +104,88 @@ def test_training_step_runs_both_objectives():
 
 
 def test_time_is_off_when_the_log_has_no_timestamps():
-    untimed = DataSpec(EventSchema(timestamp=None), SPEC.vocabs, max_len=8)
-    module = SeqencModule(untimed, d_model=8, n_heads=2, time=True)
+    untimed = DataSpec(EventSchema(timestamp=None), SPEC.vocabs, history_len=8)
+    module = SeqencModule(untimed, encoder=replace(SMALL, time=True))
     assert not module.config.time and not module.config.query_time
 
 
 def test_shape_options_are_exactly_the_options_that_change_the_weights():
     """``SHAPE_OPTIONS`` (refused when resuming) against the models themselves: each of them
     changes the weights' names or shapes in some configuration (``n_heads``: with the time bias);
-    no other option of the signature does, in either configuration."""
+    no other option of the signature or of the encoder's does, in either configuration (the
+    masking options with the masked objective, where they apply)."""
     import inspect
 
-    from seqenc.module import SHAPE_OPTIONS
+    from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, SHAPE_OPTIONS
 
     def shapes(**options) -> dict:
-        return {k: v.shape for k, v in SeqencModule(SPEC, **options).state_dict().items()}
+        encoder = EncoderConfig(**{k: v for k, v in options.items() if k in ENCODER_FIELDS})
+        rest = {k: v for k, v in options.items() if k not in ENCODER_FIELDS}
+        module = SeqencModule(SPEC, encoder=encoder, **rest)
+        return {k: v.shape for k, v in module.state_dict().items()}
 
     values = {
         "objective": ("causal", "masked"), "d_model": (16, 32), "n_layers": (2, 3),
         "n_heads": (2, 4), "ffn_mult": (4, 2), "dropout": (0.1, 0.5),
         "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
         "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
-        "pooling": ("last", "mean"), "normalize": (False, True), "loss": ("ce", "bce"),
-        "loss_options": (None, {"n_negatives": 4}), "mask_prob": (0.2, 0.5),
+        "n_time_buckets": (64, 32), "pooling": ("last", "mean"), "normalize": (False, True),
+        "loss": ("ce", "bce"), "loss_options": (None, {"n_negatives": 4}), "mask_prob": (0.2, 0.5),
         "replace_rule": (True, False), "mask_last_prob": (0.0, 0.5),
         "next_item_weight": (1.0, 0.5), "contrastive_weight": (0.0, 1.0),
         "contrastive_temperature": (0.1, 0.5), "contrastive_min_share": (0.5, 0.3),
         "lr": (1e-3, 0.1), "weight_decay": (0.01, 0.5), "warmup_steps": (100, 7),
         "filter_seen": (None, True), "ks": ((10, 20), (5,)),
     }  # fmt: skip
-    options = [p for p in inspect.signature(SeqencModule).parameters if p != "spec"]
+    options = [
+        p for p in inspect.signature(SeqencModule).parameters if p not in ("spec", "encoder")
+    ]
+    # recency is refused for new models (tested below); the data decides the others
+    options += sorted(ENCODER_FIELDS - set(FROM_DATA) - {"recency"})
     assert sorted(options) == sorted(values)  # a new option must be classified here
     changes = set()
     for base in ({}, {"time_bias": True}):
         for name in options:
-            a, b = ({**base, name: value} for value in values[name])
+            masking = name in ("mask_prob", "replace_rule", "mask_last_prob")
+            where = {**base, "objective": "masked"} if masking else base
+            a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):
                 changes.add(name)
     assert changes == set(SHAPE_OPTIONS)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (
+            {"encoder": replace(SMALL, repeat_head=True), "loss_options": {"label_smoothing": 0.1}},
+            "model.loss_options {'label_smoothing': 0.1} would be ignored",
+        ),
+        ({"encoder": replace(SMALL, repeat_head=True), "loss": "bce"}, "full softmax only"),
+        ({"mask_prob": 0.3}, "model.mask_prob would be ignored"),
+        ({"objective": "masked", "encoder": replace(SMALL, repeat_head=True)}, "needs the causal"),
+        (
+            {"encoder": replace(SMALL, n_items=99)},
+            "model.encoder.n_items is set from the data's item vocabulary (13",
+        ),
+        ({"encoder": replace(SMALL, n_positions=50)}, "set from data.history_len + 1 (9 here)"),
+        ({"encoder": replace(SMALL, recency=True)}, "model.encoder.recency"),
+    ],
+)
+def test_an_option_that_would_be_ignored_is_refused_in_one_line(options, words):
+    with pytest.raises(SeqencError) as info:
+        SeqencModule(SPEC, **{"encoder": SMALL, **options})
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_hyper_parameters_are_saved_resolved():
+    """``time``, ``repeat_head`` and ``filter_seen`` as the data resolved them, never None; the
+    saved encoder builds the same model again (Lightning's load_from_checkpoint path)."""
+    repeats = DataSpec(SPEC.schema, SPEC.vocabs, history_len=8, repeat_share=0.5)
+    module = SeqencModule(repeats, encoder=SMALL)
+    hp = module.hparams
+    assert hp.filter_seen is False
+    assert (hp.encoder["time"], hp.encoder["repeat_head"]) == (True, True)
+    assert (hp.encoder["n_items"], hp.encoder["n_positions"]) == (13, 9)
+    again = SeqencModule(repeats, encoder=dict(hp.encoder))
+    assert again.config == module.config

@@ -6,14 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from seqenc.bundle import save_bundle
+from seqenc import testing
 from seqenc.data.schema import EventSchema
-from seqenc.data.sequences import build_sequences
-from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 
 SCHEMA = EventSchema(categorical=("event_type", "channel"), numeric=("amount",))
 
@@ -28,50 +24,22 @@ def tiny_bundle(
     events: pd.DataFrame,
     causal: bool = True,
     pooling: str = "last",
-    max_len: int = 24,
+    history_len: int = 24,
     dropout: float = 0.3,
 ) -> Path:
-    """A random-weights encoder (seeded) with vocabularies fitted on ``events``, saved as a bundle."""
-    _, vocabs = build_sequences(events, SCHEMA, max_len=None)
-    torch.manual_seed(0)
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=16,
-        n_layers=2,
-        n_heads=2,
-        dropout=dropout,
-        max_len=max_len + 1,
-        categorical_sizes=tuple(len(vocabs.categorical[c]) for c in SCHEMA.categorical),
-        n_numeric=1,
-        causal=causal,
-        pooling=pooling,
-    )
-    spec = DataSpec(SCHEMA, vocabs, max_len)
-    return save_bundle(path, SequenceEncoder(config), spec, name="tiny")
+    """A random-weights encoder (seeded, its own initialisation) with vocabularies fitted on
+    ``events``, saved as a bundle."""
+    options = dict(n_layers=2, dropout=dropout, causal=causal, pooling=pooling)
+    return random_bundle(path, events, SCHEMA, history_len, std=None, name="tiny", **options)
 
 
 def random_bundle(
-    path: Path, events: pd.DataFrame, schema: EventSchema, max_len: int, **options: object
+    path: Path, events: pd.DataFrame, schema: EventSchema, history_len: int, **options: object
 ) -> Path:
-    """A bundle of ``EncoderConfig(**options)`` (d=16) fitted on ``events``, every weight drawn from
-    N(0, 0.3): large enough that each input moves the embedding (parity tests need that)."""
-    _, vocabs = build_sequences(events, schema, max_len=None)
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=16,
-        n_heads=2,
-        max_len=max_len,
-        categorical_sizes=tuple(len(vocabs.categorical[c]) for c in schema.categorical),
-        n_numeric=len(schema.numeric),
-        **options,
-    )
-    torch.manual_seed(0)
-    model = SequenceEncoder(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    objective = "causal" if config.causal else "masked"
-    return save_bundle(path, model, DataSpec(schema, vocabs, max_len), objective, name="random")
+    """:func:`seqenc.testing.random_bundle` at the tests' size (d=16, 2 heads), every weight drawn
+    from N(0, 0.3) unless ``std`` says otherwise."""
+    options = {"d_model": 16, "n_heads": 2, "std": 0.3, **options}
+    return testing.random_bundle(path, events, schema, history_len, **options)
 
 
 def ml100k(shared_data: Path) -> pd.DataFrame:

@@ -12,12 +12,13 @@ from seqenc.model.batch import Batch
 def collate(
     view: SequenceView,
     idx: np.ndarray,
-    max_len: int,
+    max_events: int,
     with_seen: bool = False,
 ) -> Batch:
     """Gather samples ``idx`` of ``view`` into one right-padded :class:`Batch`, vectorized.
 
-    Each sample keeps its last ``max_len`` events. Recency (``dt_ref``) is measured from the sample's
+    Each sample keeps its last ``max_events`` events (``history_len`` to encode, the training
+    window's ``history_len + 1`` to train). Recency (``dt_ref``) is measured from the sample's
     reference time: the store's reference (last event or ``as_of``) when the sample ends at the
     entity's last event, otherwise the sample's own last event, so that a held-out target's time never
     leaks into its input. The query gap (``dt_query``) runs from the newest input event to the
@@ -28,7 +29,7 @@ def collate(
     store = view.store
     idx = np.asarray(idx, dtype=np.int64)
     rows, full_starts, ends = view.rows[idx], view.starts[idx], view.ends[idx]
-    starts = np.maximum(full_starts, ends - max_len)
+    starts = np.maximum(full_starts, ends - max_events)
     lengths = ends - starts
     width = max(int(lengths.max(initial=0)), 1)
     positions = np.arange(width)
@@ -47,9 +48,6 @@ def collate(
     query = reference if view.targets is None else store.timestamps[view.targets[idx]]
     dt_query = np.where(lengths > 0, query - store.timestamps[last], 0.0).astype(np.float32)
 
-    n_rows = len(idx)
-    categorical = [take(store.categorical[name]) for name in store.categorical]
-    numeric = [take(store.numeric[name]) for name in store.numeric]
     target = None if view.targets is None else torch.from_numpy(store.items[view.targets[idx]])
     seen = None
     if with_seen:
@@ -60,14 +58,21 @@ def collate(
         lengths=torch.from_numpy(lengths),
         dt_prev=take(store.dt_prev),
         dt_ref=torch.from_numpy(dt_ref),
-        categorical=torch.stack(categorical, -1)
-        if categorical
-        else torch.zeros(n_rows, width, 0, dtype=torch.int64),
-        numeric=torch.stack(numeric, -1)
-        if numeric
-        else torch.zeros(n_rows, width, 0, dtype=torch.float32),
+        categorical=_features(
+            [take(c) for c in store.categorical.values()], valid.shape, torch.int64
+        ),
+        numeric=_features([take(c) for c in store.numeric.values()], valid.shape, torch.float32),
         index=torch.from_numpy(idx),
         target=target,
         seen=seen,
         dt_query=torch.from_numpy(dt_query),
     )
+
+
+def _features(
+    columns: list[torch.Tensor], shape: tuple[int, int], dtype: torch.dtype
+) -> torch.Tensor:
+    """``[B, L, n_columns]``: the gathered feature columns side by side (``n_columns`` may be 0)."""
+    if columns:
+        return torch.stack(columns, -1)
+    return torch.zeros(*shape, 0, dtype=dtype)

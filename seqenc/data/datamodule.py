@@ -23,23 +23,28 @@ from seqenc.data.sequences import (
 from seqenc.data.spec import DataSpec
 from seqenc.data.split import SequenceView, leave_one_out, training_windows
 from seqenc.data.vocab import Vocabularies
+from seqenc.errors import SeqencError
 
 
 class ViewDataset(Dataset):
     """Indexed by a whole index array: ``dataset[idx]`` is one collated :class:`Batch`."""
 
-    def __init__(self, view: SequenceView, max_len: int, with_seen: bool) -> None:
-        self.view, self.max_len, self.with_seen = view, max_len, with_seen
+    def __init__(self, view: SequenceView, max_events: int, with_seen: bool) -> None:
+        self.view, self.max_events, self.with_seen = view, max_events, with_seen
 
     def __len__(self) -> int:
         return len(self.view)
 
     def __getitem__(self, idx: np.ndarray) -> Batch:
-        return collate(self.view, idx, self.max_len, with_seen=self.with_seen)
+        return collate(self.view, idx, self.max_events, with_seen=self.with_seen)
 
 
 class SequenceDataModule(pl.LightningDataModule):
     """Event log → per-entity sequences → leave-one-out splits → length-bucketed padded batches.
+
+    Three lengths, each named once: ``history_len`` (events fed to the model, a setting),
+    :attr:`window_len` (events of a training sample, ``history_len + 1``) and the encoder's
+    ``n_positions`` (position capacity, ``history_len + 1``, set by the model from the spec).
 
     Args:
         path: the event log: a Parquet/CSV file, a list or glob of them, or a directory; in Python
@@ -47,18 +52,20 @@ class SequenceDataModule(pl.LightningDataModule):
         format: ``"events"`` (a generic log read with ``schema``) or a loader format of
             :func:`seqenc.data.loaders.load_dataset` (``"movielens"``, ``"movielens-latest"``,
             ``"sasrec"``, ``"ml1m-sequences"``, ``"auto"``).
-        schema: column names for ``format="events"``.
-        max_len: events per history fed to the model (the newest ones). A training sample holds
-            ``max_len + 1`` events: a history and the event that follows it, which the objective
-            turns into inputs and labels (:mod:`seqenc.model.objectives`).
+        schema: column names for ``format="events"`` (another format names its own columns, so a
+            schema given with it is refused).
+        history_len: events per history fed to the model (the newest ones). A training sample
+            holds :attr:`window_len` events: a history and the event that follows it, which the
+            objective turns into inputs and labels (:mod:`seqenc.model.objectives`).
         min_len: entities with fewer events are left out of the splits.
         min_count: items seen fewer times map to UNK.
-        windows: train on every ``max_len + 1``-event window of a long history
+        windows: train on every :attr:`window_len`-event window of a long history
             (:func:`~seqenc.data.split.training_windows`), so each event is a target once; ``False``
             trains on the newest window only, as the original SASRec does. Only histories longer
             than a window change: a third of MovieLens-1M's events, 3 % of Amazon Beauty's.
         batch_size, eval_batch_size: samples per training / evaluation batch.
-        bucket_factor: batches per length-sorted mega-batch (see :class:`BucketBatchSampler`).
+        bucket_factor: batches per length-sorted mega-batch (see
+            :class:`~seqenc.data.sampling.BucketBatchSampler`).
         num_workers: DataLoader worker processes.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
@@ -70,7 +77,7 @@ class SequenceDataModule(pl.LightningDataModule):
         path: str | list[str],
         format: str = "events",
         schema: EventSchema | None = None,
-        max_len: int = 200,
+        history_len: int = 200,
         min_len: int = 3,
         min_count: int = 1,
         windows: bool = True,
@@ -81,8 +88,13 @@ class SequenceDataModule(pl.LightningDataModule):
         seed: int | None = None,
     ) -> None:
         super().__init__()
+        if schema is not None and format != "events":
+            raise SeqencError(
+                f"data.schema applies to format 'events' only; format {format!r} names its own "
+                "columns (drop the schema, or set format: events)"
+            )
         self.path, self.format, self.schema = path, format, schema or EventSchema()
-        self.max_len, self.min_len, self.min_count = max_len, min_len, min_count
+        self.history_len, self.min_len, self.min_count = history_len, min_len, min_count
         self.windows = windows
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
@@ -120,7 +132,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model); built
         once, as every checkpoint saves it."""
-        return DataSpec(self._events[1], self.vocabs, self.max_len, repeat_share(self.store))
+        return DataSpec(self._events[1], self.vocabs, self.history_len, repeat_share(self.store))
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -133,6 +145,11 @@ class SequenceDataModule(pl.LightningDataModule):
             self._restored_vocabs = vocabs
             for name in ("_built", "splits", "spec"):
                 self.__dict__.pop(name, None)
+
+    @property
+    def window_len(self) -> int:
+        """Events of a training sample: a history of ``history_len`` and the event after it."""
+        return self.history_len + 1
 
     @property
     def batch_seed(self) -> int:
@@ -153,10 +170,8 @@ class SequenceDataModule(pl.LightningDataModule):
             world_size=trainer.world_size if trainer else 1,
             even_shards=train,
         )
-        # A training sample is a history plus the event that follows it (see ``max_len``).
-        max_len = self.max_len + 1 if train else self.max_len
         return DataLoader(
-            ViewDataset(view, max_len, with_seen),
+            ViewDataset(view, self.window_len if train else self.history_len, with_seen),
             sampler=sampler,
             batch_size=None,
             num_workers=self.num_workers,
@@ -166,7 +181,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         train = self.splits[0]
         if self.windows:
-            train = training_windows(train, self.max_len + 1)
+            train = training_windows(train, self.window_len)
         keep = train.lengths >= 2  # a one-event window holds no next-item target
         return self._loader(
             SequenceView(train.store, train.rows[keep], train.starts[keep], train.ends[keep]),

@@ -19,7 +19,8 @@ class DataSpec:
     Attributes:
         schema: the event-log columns.
         vocabs: item and categorical vocabularies.
-        max_len: the newest ``max_len`` events of a history are fed to the model.
+        history_len: the newest ``history_len`` events of a history are fed to the model (the
+            training window is one event longer, the model's position capacity too).
         repeat_share: share of the events whose item already occurred earlier in their entity's
             history (a statistic of the training log that picks defaults: repeat head, filter).
 
@@ -28,21 +29,25 @@ class DataSpec:
     """
 
     def __init__(
-        self, schema: EventSchema, vocabs: Vocabularies, max_len: int, repeat_share: float = 0.0
+        self,
+        schema: EventSchema,
+        vocabs: Vocabularies,
+        history_len: int,
+        repeat_share: float = 0.0,
     ) -> None:
-        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-            raise SeqencError(f"max_len must be a positive integer, got {max_len!r}")
+        if not isinstance(history_len, int) or isinstance(history_len, bool) or history_len < 1:
+            raise SeqencError(f"history_len must be a positive integer, got {history_len!r}")
         missing = [c for c in schema.categorical if c not in vocabs.categorical]
         if missing:
             raise SeqencError(f"no vocabulary for categorical column(s) {missing}")
-        self.schema, self.vocabs, self.max_len = schema, vocabs, max_len
+        self.schema, self.vocabs, self.history_len = schema, vocabs, history_len
         self.repeat_share = float(repeat_share)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DataSpec) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
-        return f"DataSpec(schema={self.schema!r}, n_items={self.n_items}, max_len={self.max_len})"
+        return f"DataSpec(schema={self.schema!r}, n_items={self.n_items}, history_len={self.history_len})"
 
     @property
     def has_time(self) -> bool:
@@ -67,17 +72,20 @@ class DataSpec:
         """Plain JSON-able form (the DataModule's checkpoint state)."""
         return {
             "schema": self.schema.to_dict(),
-            "max_len": self.max_len,
+            "history_len": self.history_len,
             "repeat_share": self.repeat_share,
             "vocabs": self.vocabs.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, d: Any) -> DataSpec:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; also reads a spec saved before ``history_len`` had its
+        name (``max_len``, in checkpoints of older versions)."""
         if not isinstance(d, dict):
             raise SeqencError(f"data spec: expected an object, got {type(d).__name__}")
-        missing = sorted({"schema", "max_len", "vocabs"} - set(d))
+        if "max_len" in d and "history_len" not in d:
+            d = {k: v for k, v in d.items() if k != "max_len"} | {"history_len": d["max_len"]}
+        missing = sorted({"schema", "history_len", "vocabs"} - set(d))
         if missing:
             raise SeqencError(f"data spec: missing key(s) {missing}")
         if not isinstance(d["schema"], dict):
@@ -87,4 +95,4 @@ class DataSpec:
         except TypeError as e:
             raise SeqencError(f"data spec: invalid schema: {e}") from e
         vocabs = Vocabularies.from_dict(d["vocabs"])
-        return cls(schema, vocabs, d["max_len"], d.get("repeat_share", 0.0))
+        return cls(schema, vocabs, d["history_len"], d.get("repeat_share", 0.0))

@@ -50,7 +50,7 @@ class TokenEmbedding(nn.Module):
         self,
         n_items: int,
         d_model: int,
-        max_len: int,
+        n_positions: int,
         learned_positions: bool,
         time: bool,
         query_time: bool,
@@ -61,8 +61,7 @@ class TokenEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
-        # +1 slot: the MASK token appended after a full-length history.
-        self.position = nn.Embedding(max_len + 1, d_model) if learned_positions else None
+        self.position = nn.Embedding(n_positions, d_model) if learned_positions else None
         self.n_time_buckets = n_time_buckets
 
         # Bucket ``n_time_buckets`` is the PAD bucket, kept at zero.
@@ -163,12 +162,12 @@ class RotaryEmbedding(nn.Module):
     rotated by angle ``position * base^(-2i / head_dim)``, so ``q_m · k_n`` depends only on ``m - n``.
     """
 
-    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, n_positions: int, base: float = 10000.0) -> None:
         super().__init__()
         if head_dim % 2:
             raise SeqencError(f"rotary positions need an even head dimension, got {head_dim}")
         inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        angles = torch.arange(max_len + 1, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 

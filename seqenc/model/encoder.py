@@ -51,8 +51,8 @@ class EncoderConfig:
         time_bias: (with ``time``) a learned per-head, per-layer attention bias over log-bucketed
             ``|t_i - t_j|`` (TiSASRec / HSTU style); SDPA then cannot use the Flash kernel.
         repeat_head: score items of the entity's own history by a copy attention mixed in through
-            a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (only before
-            :class:`~seqenc.module.SeqencModule` resolves it from the data) builds no head.
+            a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (the default):
+            :class:`~seqenc.module.SeqencModule` decides from the data; a bare encoder has none.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -74,7 +74,7 @@ class EncoderConfig:
     time: bool = True
     query_time: bool = True
     time_bias: bool = False
-    repeat_head: bool | None = False
+    repeat_head: bool | None = None
     recency: bool = False
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()
@@ -124,7 +124,7 @@ class EncoderConfig:
         """A saved configuration's fields with today's names: one written before the lengths were
         named (bundle format 1, older checkpoints) holds ``max_len``, the longest history, which is
         ``n_positions - 1``."""
-        if "max_len" not in saved:
+        if not isinstance(saved.get("max_len"), int):
             return saved
         rest = {k: v for k, v in saved.items() if k != "max_len"}
         return rest | {"n_positions": saved["max_len"] + 1}
@@ -176,6 +176,44 @@ class Block(nn.Module):
         keys = torch.arange(x.shape[1], device=x.device)[None, :] <= last[:, None]
         y = self.attn.attend(q, k, v, keys[:, None, None, :], causal=False)
         return self.feed_forward(self.attn.merge(y, x[rows, last][:, None], self.drop))
+
+    def extend(
+        self,
+        x: Tensor,
+        past: tuple[Tensor, Tensor],
+        write_at: Tensor | None,
+        mask: Tensor,
+        rope: RotaryEmbedding | None,
+        positions: Tensor,
+        buckets: Tensor | None = None,
+    ) -> Tensor:
+        """``[B, M, d]`` the block's output at new positions ``x`` that follow cached ones
+        (incremental encoding, :func:`seqenc.model.cache.extend`).
+
+        ``past``: this layer's ``(keys, values)`` ``[B, W, d]`` (heads concatenated, rotary
+        positions applied); the new positions' keys and values are written there at ``write_at``
+        (``[B, M, d]`` slot indices), or into the first ``M`` slots when ``None`` (nothing cached:
+        plain causal attention). ``mask`` ``[B, 1, M, W]``: which slots each new position sees;
+        ``buckets`` ``[B, M, W]``: time buckets when the block has a time bias. Eval mode.
+        """
+        q, k, v = self.attn.project(self.ln_attn(x), rope, positions)
+        rows, width = x.shape[:2]
+        heads = []
+        for store, new in zip(past, (k, v), strict=True):
+            flat = new.transpose(1, 2).reshape(rows, width, -1)
+            if write_at is None:
+                store[:, :width] = flat
+            else:
+                store.scatter_(1, write_at, flat)
+            heads.append(self.attn.split_heads(store))
+        if self.time_bias is not None:
+            bias = self.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
+            y = self.attn.attend(q, *heads, bias.masked_fill(~mask, -torch.inf), causal=False)
+        elif write_at is None:  # fused causal kernel over the new positions alone
+            y = self.attn.attend(q, k, v, None, causal=True)
+        else:
+            y = self.attn.attend(q, *heads, mask, causal=False)
+        return self.feed_forward(self.attn.merge(y, residual=x))
 
     def feed_forward(self, x: Tensor) -> Tensor:
         """The second residual branch: ``x + Drop(FFN(LN(x)))``."""

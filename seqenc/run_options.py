@@ -1,0 +1,182 @@
+"""The options of a training run beyond the data: the encoder's configuration resolved from the
+data, the options that would be ignored refused, and which options a resumed run may change."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields, replace
+from typing import Any
+
+from seqenc.data.spec import DataSpec
+from seqenc.errors import SeqencError
+from seqenc.model.encoder import EncoderConfig
+from seqenc.model.objectives import Causal, Masked
+
+REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
+# Options that set which weights the model has and their shapes: a resumed run keeps them.
+SHAPE_OPTIONS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "ffn_mult",
+    "positional",
+    "time",
+    "query_time",
+    "time_bias",
+    "repeat_head",
+    "n_time_buckets",
+)
+ENCODER_FIELDS = frozenset(f.name for f in fields(EncoderConfig))
+
+
+# The encoder fields the data and the objective decide (SeqencModule sets them).
+FROM_DATA = {
+    "n_items": "the data's item vocabulary",
+    "n_positions": "data.history_len + 1",
+    "categorical_sizes": "the data's categorical vocabularies",
+    "n_numeric": "data.schema.numeric",
+    "causal": "model.objective",
+}
+
+
+def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
+    """The model options of a run resumed from a checkpoint trained with ``saved``: the ones
+    ``given`` (command line or config file) win, except that a shape option
+    (:data:`SHAPE_OPTIONS`) cannot change its weights. The encoder's fields the data decides
+    (:data:`FROM_DATA`) are left to the data: the built model is checked against the weights
+    (:meth:`SeqencModule.on_load_checkpoint`). A checkpoint of an older version holds the encoder's
+    options beside the others (no ``encoder`` section), ``None`` for the automatic ones."""
+    flat = {k: v for k, v in saved.items() if k in ENCODER_FIELDS}
+    saved = {k: v for k, v in saved.items() if k not in ENCODER_FIELDS}
+    saved_encoder = {
+        k: v
+        for k, v in (saved.get("encoder") or flat).items()
+        if v is not None and k not in FROM_DATA
+    }
+    new_encoder = given.get("encoder") or {}
+    for name in SHAPE_OPTIONS:
+        new, old = new_encoder.get(name), saved_encoder.get(name)
+        if new is not None and old is not None and new != old:
+            raise SeqencError(
+                f"--model.encoder.{name} {new} cannot change when resuming: the checkpoint was "
+                f"trained with {old} (it sets the weights' shapes); drop the option, or train a "
+                "new model"
+            )
+    return saved | given | {"encoder": saved_encoder | new_encoder}
+
+
+def shape_mismatch(saved: dict[str, Any], config: EncoderConfig, spec: DataSpec) -> str:
+    """Why weights of the encoder configuration ``saved`` do not fit ``config``: the data's
+    vocabulary (which column, both sizes), ``history_len`` or a model option, each with both
+    values."""
+    schema = spec.schema
+    saved, now = EncoderConfig.upgrade(saved), asdict(config)
+    if saved["n_items"] != now["n_items"]:
+        return (
+            f"the data's vocabulary differs from the checkpoint's: column {schema.item!r} has "
+            f"{now['n_items']} item ids here, {saved['n_items']} in the checkpoint (special ids "
+            "included)"
+        )
+    old_sizes, new_sizes = tuple(saved["categorical_sizes"]), tuple(now["categorical_sizes"])
+    if len(old_sizes) == len(new_sizes) and old_sizes != new_sizes:
+        i = next(i for i, (a, b) in enumerate(zip(old_sizes, new_sizes, strict=True)) if a != b)
+        return (
+            f"the data's vocabulary differs from the checkpoint's: column "
+            f"{schema.categorical[i]!r} has {new_sizes[i]} values here, {old_sizes[i]} in the "
+            "checkpoint"
+        )
+    if old_sizes != new_sizes or saved["n_numeric"] != now["n_numeric"]:
+        return (
+            f"the data's schema differs from the checkpoint's: {len(new_sizes)} categorical and "
+            f"{now['n_numeric']} numeric columns here, {len(old_sizes)} and {saved['n_numeric']} "
+            "in the checkpoint"
+        )
+    changed = [
+        f"model.encoder.{k} is {now[k]} here, {saved.get(k)}"
+        for k in SHAPE_OPTIONS
+        if k in now and saved.get(k) != now[k]
+    ]
+    if saved.get("n_positions") != now["n_positions"]:
+        changed.append(
+            f"data.history_len is {now['n_positions'] - 1} here, {saved['n_positions'] - 1}"
+        )
+    return "; ".join(f"{c} in the checkpoint" for c in changed) or (
+        "its weights have other names or shapes"
+    )
+
+
+def resolve_encoder(
+    encoder: EncoderConfig, spec: DataSpec, objective: Causal | Masked
+) -> EncoderConfig:
+    """``encoder`` with the fields the data decides set from ``spec`` and the objective
+    (:data:`FROM_DATA`; one set otherwise is refused, in one line, rather than ignored), and its
+    automatic options resolved: ``time`` (with ``query_time`` and ``time_bias``) only when the log
+    has timestamps (a config meant for timed logs then trains on a click log without), and
+    ``repeat_head`` ``None`` on for the causal objective when at least ``REPEAT_SHARE`` of the
+    events repeat an item of their entity."""
+    data = {
+        "n_items": spec.n_items,
+        "n_positions": spec.history_len + 1,
+        "categorical_sizes": spec.categorical_sizes,
+        "n_numeric": spec.n_numeric,
+        "causal": objective.causal,
+    }
+    for name, value in data.items():
+        given = getattr(encoder, name)
+        if given not in (value, getattr(EncoderConfig, name)):
+            raise SeqencError(
+                f"model.encoder.{name} is set from {FROM_DATA[name]} ({value} here), got "
+                f"{given}: drop it"
+            )
+    use_time = spec.has_time and encoder.time
+    repeat_head = encoder.repeat_head
+    if repeat_head is None:
+        repeat_head = spec.repeat_share >= REPEAT_SHARE and objective.causal
+    return replace(
+        encoder,
+        **data,
+        time=use_time,
+        query_time=use_time and encoder.query_time,
+        time_bias=use_time and encoder.time_bias,
+        repeat_head=repeat_head,
+    )
+
+
+def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
+    """Refuse, in one line, an option that would be ignored or that cannot train."""
+    if encoder.recency:
+        raise SeqencError(
+            "model.encoder.recency is the input of bundles written before query_time, kept to "
+            "load them; a new model cannot train with it (it leaks the window's end)"
+        )
+    if encoder.repeat_head and options["loss"] != "ce":
+        raise SeqencError(
+            f"the repeat head trains with the full softmax only (model.loss: ce), got "
+            f"{options['loss']!r}; or set model.encoder.repeat_head false"
+        )
+    if encoder.repeat_head and options["loss_options"]:
+        raise SeqencError(
+            f"model.loss_options {options['loss_options']} would be ignored: the repeat head "
+            "trains with its own mixture loss; drop them, or set model.encoder.repeat_head false"
+        )
+    masking = [
+        k
+        for k in ("mask_prob", "replace_rule", "mask_last_prob")
+        if options[k] != getattr(Masked, k)
+    ]
+    if objective == "causal" and masking:
+        raise SeqencError(
+            f"model.{masking[0]} would be ignored: it sets the masked objective's cloze masking, "
+            "and model.objective is causal"
+        )
+    weights = options["next_item_weight"], options["contrastive_weight"]
+    if min(weights) < 0 or max(weights) <= 0:
+        raise SeqencError(
+            "next_item_weight and contrastive_weight must be >= 0 and not both 0, got "
+            f"{weights[0]} and {weights[1]}"
+        )
+    temperature, share = options["contrastive_temperature"], options["contrastive_min_share"]
+    if weights[1] > 0 and not (temperature > 0 and 0 < share <= 1):
+        raise SeqencError(
+            f"contrastive_temperature={temperature} must be > 0 and "
+            f"contrastive_min_share={share} in (0, 1]"
+        )
