@@ -166,3 +166,18 @@ def test_commands_fail_in_one_line(tmp_path, log, capsys):
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing" in err[0]
+
+
+def test_fit_compatible_with_aligns_the_new_bundle(tmp_path, log, monkeypatch, capsys):
+    old = tiny_bundle(tmp_path / "v1", log)
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--data.path", "events.parquet", "--trainer.max_epochs", "1"]
+    main([*args, "--trainer.enable_progress_bar", "false", "--compatible_with", str(old)])
+    last = capsys.readouterr().out.strip().splitlines()
+    assert last[-1].startswith("aligned: ") and last[-2].startswith("bundle: ")
+    new = load_encoder(tmp_path / last[-2].removeprefix("bundle: "), "cpu")
+    assert new.lineage[0].parent_space == space_id(load_encoder(old, "cpu").meta)
+    with pytest.raises(SystemExit):  # a wrong OLD fails in one line, before training
+        main([*args, "--compatible_with", str(tmp_path / "missing")])
+    captured = capsys.readouterr()
+    assert "model bundle not found" in captured.err and "Epoch" not in captured.out
