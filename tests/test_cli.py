@@ -314,3 +314,34 @@ def test_a_schema_for_a_format_that_names_its_own_columns_is_refused(tmp_path, c
         main(["fit", "--data.path", "x.txt", "--data.format", "sasrec", "--data.schema.item", "i"])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 1 and "data.schema applies to format 'events' only" in err[-1]
+
+
+def test_a_checkpoint_written_before_the_encoder_section_resumes(tmp_path, monkeypatch, capsys):
+    """A checkpoint as seqenc wrote it before the lengths were named: flat model options (None for
+    the automatic ones), ``max_len`` in the encoder configuration and the data spec. It resumes
+    with its own options (d_model 8) and turns into a bundle."""
+    import torch
+
+    from seqenc.checkpoint import bundle_from_checkpoint
+    from seqenc.inference import load_encoder
+
+    events, last = trained(tmp_path, monkeypatch, capsys)
+    ckpt = torch.load(last, weights_only=True)
+    hp = ckpt["hyper_parameters"]
+    encoder = hp.pop("encoder")
+    hp |= {k: encoder[k] for k in ("d_model", "n_layers", "n_heads", "dropout", "pooling")}
+    hp |= {"time": None, "repeat_head": None, "filter_seen": None}
+    config = ckpt["encoder_config"]
+    config["max_len"] = config.pop("n_positions") - 1
+    spec = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)["spec"]
+    spec["max_len"] = spec.pop("history_len")
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    resumed = fit_run(
+        tmp_path, monkeypatch, capsys, events, "--data.history_len", "8",
+        "--trainer.max_epochs", "2", "--ckpt_path", str(old),
+    )  # fmt: skip
+    again = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
+    assert again["epoch"] == 1 and again["encoder_config"]["d_model"] == 8
+    meta = load_encoder(bundle_from_checkpoint(old, tmp_path / "b"), device="cpu").meta
+    assert (meta.history_len, meta.encoder.n_positions, meta.dim) == (8, 9, 8)
