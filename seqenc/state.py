@@ -21,6 +21,7 @@ from safetensors.numpy import save_file
 
 from seqenc.atomic import atomic_file
 from seqenc.bundle import BundleMeta
+from seqenc.data.sequences import Jagged
 from seqenc.errors import SeqencError
 
 EVENT_FIELDS = ("items", "timestamps", "dt_prev", "categorical", "numeric")
@@ -29,8 +30,8 @@ ENTITY_FIELDS = ("query_gap", "prefix_sum", "embeddings")
 
 
 @dataclass
-class EncoderState:
-    """Per-entity caches of an incremental encode; jagged like a
+class EncoderState(Jagged):
+    """Per-entity caches of an incremental encode; :class:`~seqenc.data.sequences.Jagged` like a
     :class:`~seqenc.data.sequences.SequenceStore` (entity ``i`` owns positions
     ``offsets[i]:offsets[i + 1]``, oldest first, at most ``history_len``).
 
@@ -71,21 +72,9 @@ class EncoderState:
     has_time: bool
     stats: dict[str, Any] = field(default_factory=dict)
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """``[n]`` int64 window positions per entity."""
-        return np.diff(self.offsets)
-
     def save(self, path: str | Path) -> Path:
         """Write the state to a safetensors file (:func:`save_state`); returns the path."""
         return save_state(self, path)
-
-    def newest_times(self) -> np.ndarray:
-        """``[n]`` float64 time of each entity's newest event."""
-        return self.timestamps[self.offsets[1:] - 1]
 
 
 def empty_state(meta: BundleMeta) -> EncoderState:

@@ -23,9 +23,30 @@ from seqenc.errors import SeqencError
 log = logging.getLogger(__name__)
 
 
+class Jagged:
+    """Rows of different lengths stored flat, as an Arrow ListArray is: row ``i`` owns positions
+    ``offsets[i]:offsets[i + 1]`` of every per-position array, oldest first. The one such structure
+    (:class:`SequenceStore`, the incremental :class:`~seqenc.state.EncoderState`)."""
+
+    offsets: np.ndarray  # [n + 1] int64
+    timestamps: np.ndarray  # [P] float64 epoch seconds
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``[n]`` int64 positions per row."""
+        return np.diff(self.offsets)
+
+    def newest_times(self) -> np.ndarray:
+        """``[n]`` float64 time of each row's newest position (rows are never empty)."""
+        return self.timestamps[self.offsets[1:] - 1]
+
+
 @dataclass
-class SequenceStore:
-    """Jagged event histories of many entities.
+class SequenceStore(Jagged):
+    """Jagged event histories of many entities (:class:`Jagged`).
 
     Attributes:
         entity_ids: one id per entity (original type), sorted ascending.
@@ -54,14 +75,6 @@ class SequenceStore:
     has_time: bool = True
     n_unknown_items: int = 0
     n_unknown_categorical: dict[str, int] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """``[n_entities]`` int64 events per entity."""
-        return np.diff(self.offsets)
 
     @property
     def n_events(self) -> int:

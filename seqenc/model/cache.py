@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.nn.functional import scaled_dot_product_attention
 
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
@@ -83,28 +82,11 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
     if config.time and config.time_bias:
         gaps = (cache.times.gather(1, slots)[:, :, None] - cache.times[:, None, :]).abs()
         buckets = time_bucket(gaps, config.n_time_buckets)
-    at = slots[:, :, None].expand(-1, -1, config.d_model)
     fresh = not bool(cache.lengths.any())
+    at = None if fresh else slots[:, :, None].expand(-1, -1, config.d_model)
     for layer, block in enumerate(model.blocks):
-        q, k, v = block.attn.project(block.ln_attn(x), model.rope, positions)
-        heads = []
-        for store, new in ((cache.keys[layer], k), (cache.values[layer], v)):
-            flat = new.transpose(1, 2).reshape(rows, width, -1)
-            if fresh:
-                store[:, :width] = flat
-            else:
-                store.scatter_(1, at, flat)
-            heads.append(store.view(rows, total, config.n_heads, -1).transpose(1, 2))
-        if buckets is not None:
-            bias = block.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
-            y = scaled_dot_product_attention(
-                q, *heads, attn_mask=bias.masked_fill(~mask, -torch.inf)
-            )
-        elif fresh:  # nothing cached: plain causal attention over the new positions (fused kernel)
-            y = scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            y = scaled_dot_product_attention(q, *heads, attn_mask=mask)
-        x = block.feed_forward(block.attn.merge(y, residual=x))
+        past = (cache.keys[layer], cache.values[layer])
+        x = block.extend(x, past, at, mask, model.rope, positions, buckets)
     return model.ln_final(x)
 
 
