@@ -105,6 +105,26 @@ def test_bad_input_is_one_line_on_the_driver(spark, setup, tmp_path):
         seqenc_spark.encode(df, tmp_path / "nope")
     with pytest.raises(SeqencError, match="chunk_events must be a positive integer"):
         seqenc_spark.encode(df, bundle, chunk_events=0)
+    with pytest.raises(SeqencError, match="events_per_call must be a positive integer"):
+        seqenc_spark.encode(df, bundle, events_per_call=0)
+    with pytest.raises(SeqencError, match="on_empty must be one of"):
+        seqenc_spark.encode(df, bundle, on_empty="drop")
+
+
+def test_chunk_events_is_the_deprecated_name_of_events_per_call(spark, setup):
+    bundle, events = setup
+    df = spark.createDataFrame(events)
+    with pytest.warns(DeprecationWarning, match="events_per_call"):
+        old = collect(seqenc_spark.encode(df, bundle, chunk_events=150))
+    assert_same(old, collect(seqenc_spark.encode(df, bundle, events_per_call=150)))
+
+
+def test_on_empty_raise_fails_on_an_entity_without_events_before_as_of(spark, setup):
+    bundle, events = setup
+    early = events["timestamp"].min()
+    df = spark.createDataFrame(events)
+    with pytest.raises(Exception, match="no event at or before"):
+        collect(seqenc_spark.encode(df, bundle, as_of=early, on_empty="raise"))
 
 
 @pytest.mark.shared_data
