@@ -37,8 +37,9 @@ from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
 from seqenc.data.synthetic import generate_events
+from seqenc.encoding import MAX_TOKENS
 from seqenc.export import export_embeddings
-from seqenc.inference import MAX_TOKENS, Encoder, load_encoder
+from seqenc.inference import Encoder, load_encoder
 from seqenc.testing import random_bundle
 
 D_MODEL, N_LAYERS, N_HEADS, FFN_MULT, MAX_LEN = 128, 2, 2, 4, 512
