@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from seqenc.atomic import atomic_file
-from seqenc.cli_support import one_line_errors
 from seqenc.compat import KINDS, Lineage
 from seqenc.drift import align, drift
 from seqenc.inference import load_encoder
@@ -25,35 +24,30 @@ def _describe(lineage: Lineage, bundle: str | Path) -> str:
     )
 
 
-def align_main(argv: list[str]) -> None:
-    """``seqenc align NEW OLD --events PATH [--kind orthogonal|ridge] [--as-of T]``."""
-    parser = argparse.ArgumentParser(
-        prog="seqenc align",
-        description="Fit the map from bundle NEW's embedding space to bundle OLD's on the entities "
-        "of the events both encode, and store it with the lineage in NEW "
-        "(then encode(..., space='parent') gives embeddings OLD's downstream models can use).",
-    )
+def add_align_arguments(parser: argparse.ArgumentParser) -> None:
+    """``seqenc align NEW OLD --events PATH [--kind orthogonal|ridge] [--as-of T]``: fit the map
+    from bundle NEW's embedding space to bundle OLD's on the entities of the events both encode,
+    and store it with the lineage in NEW (then encode(..., space='parent') gives embeddings OLD's
+    downstream models can use)."""
     parser.add_argument("new", help="the retrained bundle (the map is written into it)")
     parser.add_argument("old", help="the bundle whose space downstream models were trained on")
     parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s) or glob")
     parser.add_argument("--kind", choices=KINDS, default="orthogonal")
     parser.add_argument("--as-of", default=None, help="use only events at or before this time")
-    args = parser.parse_args(argv)
+
+
+def run_align(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    with one_line_errors("seqenc align"):
-        events = args.events[0] if len(args.events) == 1 else args.events
-        lineage = align(args.new, args.old, events, args.kind, args.as_of)
+    events = args.events[0] if len(args.events) == 1 else args.events
+    lineage = align(args.new, args.old, events, args.kind, args.as_of)
     print(_describe(lineage, args.new))
 
 
-def drift_main(argv: list[str]) -> None:
-    """``seqenc drift OLD NEW --events PATH [--json FILE] [--sample N] [--k K] [--as-of T]``."""
-    parser = argparse.ArgumentParser(
-        prog="seqenc drift",
-        description="Compare two versions of a model on the same events (after NEW's map to OLD "
-        "where it has one): per-entity cosine, nearest-neighbour overlap, per-dimension "
-        "statistics and a verdict (same / compatible / incompatible).",
-    )
+def add_drift_arguments(parser: argparse.ArgumentParser) -> None:
+    """``seqenc drift OLD NEW --events PATH [--json FILE] [--sample N] [--k K] [--as-of T]``:
+    compare two versions of a model on the same events (after NEW's map to OLD where it has one):
+    per-entity cosine, nearest-neighbour overlap, per-dimension statistics and a verdict (same /
+    compatible / incompatible)."""
     parser.add_argument("old", help="the bundle in use")
     parser.add_argument("new", help="the candidate bundle")
     parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s) or glob")
@@ -61,15 +55,16 @@ def drift_main(argv: list[str]) -> None:
     parser.add_argument("--k", type=int, default=10, help="neighbours compared per entity")
     parser.add_argument("--sample", type=int, default=2000, help="entities whose neighbours count")
     parser.add_argument("--json", default=None, help="also write the full report (JSON) here")
-    args = parser.parse_args(argv)
+
+
+def run_drift(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    with one_line_errors("seqenc drift"):
-        old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
-        events = args.events[0] if len(args.events) == 1 else args.events
-        report = drift(old, new, events, args.as_of, k=args.k, sample=args.sample)
-        if args.json:
-            with atomic_file(args.json) as tmp:
-                Path(tmp).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
+    events = args.events[0] if len(args.events) == 1 else args.events
+    report = drift(old, new, events, args.as_of, k=args.k, sample=args.sample)
+    if args.json:
+        with atomic_file(args.json) as tmp:
+            Path(tmp).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     print(report.table())
 
 

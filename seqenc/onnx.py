@@ -34,7 +34,6 @@ bundle's ``config_hash`` and ``weights_sha256``, so a graph exported from other 
 
 from __future__ import annotations
 
-import argparse
 import warnings
 from pathlib import Path
 
@@ -155,21 +154,3 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
     with atomic_file(f"{output}.sha256") as tmp:
         tmp.write_text(f"{digest}  {output.name}\n")
     return output
-
-
-def onnx_main(argv: list[str]) -> None:
-    """``seqenc onnx --model BUNDLE [--output FILE.onnx]``."""
-    parser = argparse.ArgumentParser(
-        prog="seqenc onnx",
-        description="Export a bundle's entity embedding as an ONNX graph for ONNX Runtime.",
-    )
-    parser.add_argument("--model", required=True, help="bundle directory")
-    parser.add_argument(
-        "--output", default=None, help=f"graph to write (default: <bundle>/{ONNX_FILE})"
-    )
-    args = parser.parse_args(argv)
-    from seqenc.cli_support import one_line_errors
-
-    with one_line_errors("seqenc onnx"):
-        path = export_onnx(args.model, args.output)
-    print(f"onnx: {path}")

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from seqenc import __version__
-from seqenc.cli import main, trainer_defaults
+from seqenc.cli import COMMANDS, main
+from seqenc.commands.train import FIRST_OPTIONS, trainer_defaults
 from seqenc.data.synthetic import generate_events
 from seqenc.errors import SeqencError
 
@@ -345,3 +346,35 @@ def test_a_checkpoint_written_before_the_encoder_section_resumes(tmp_path, monke
     assert again["epoch"] == 1 and again["encoder_config"]["d_model"] == 8
     meta = load_encoder(bundle_from_checkpoint(old, tmp_path / "b"), device="cpu").meta
     assert (meta.history_len, meta.encoder.n_positions, meta.dim) == (8, 9, 8)
+
+
+def test_every_subcommand_has_help_and_the_overview_names_them_all(capsys):
+    main(["--help"])
+    overview = capsys.readouterr().out
+    assert all(f"seqenc {name} " in overview for name in COMMANDS)
+    for name in COMMANDS:
+        try:
+            main([name, "--help"])  # fit, validate, test: the curated help returns
+        except SystemExit as exit_info:  # argparse's help exits 0
+            assert exit_info.code == 0
+        assert f"usage: seqenc {name}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2 and "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_fit_help_is_curated_and_the_full_list_is_one_option_away(capsys):
+    main(["fit", "--help"])
+    curated = capsys.readouterr().out
+    lines = curated.splitlines()
+    assert len(lines) < 50, len(lines)
+    for section, options in FIRST_OPTIONS.items():
+        assert all(f"--{section}.{name} " in curated for name, _ in options)
+    assert "--data.history_len" in curated and "(default: 200)" in curated
+    assert "--model.encoder.d_model" in curated and "(default: 128)" in curated
+    assert "--help-all" in curated and "--config FILE" in curated
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--help-all"])
+    full = capsys.readouterr().out
+    assert info.value.code == 0 and len(full.splitlines()) > 300
+    assert "--trainer.gradient_clip_val" in full and "--model.encoder.n_time_buckets" in full

@@ -13,12 +13,18 @@ import pytest
 from tiny import SCHEMA, tiny_bundle, tiny_events
 
 from seqenc import EventSchema, SeqencError, load_encoder
-from seqenc.evaluate import aggregate_features, embed_at, feature_matrix, main, probe
+from seqenc.cli import main as cli_main
+from seqenc.evaluate import aggregate_features, embed_at, feature_matrix, probe
 
 pytest.importorskip("sklearn")
 
 DAY = 86400
 TINY_SCHEMA = EventSchema(entity="user", item="kind", categorical=["channel"], numeric=["amount"])
+
+
+def main(argv: list[str]) -> None:
+    """``seqenc probe ...``."""
+    cli_main(["probe", *argv])
 
 
 def tiny_log() -> pd.DataFrame:

@@ -38,7 +38,7 @@ LAYERS = [
     ["seqenc.inference"],  # the Encoder facade over the core and incremental encoding
     ["seqenc.drift", "seqenc.compat_cli"],  # two versions: align, drift report, commands
     ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
-    ["seqenc.cli"],
+    ["seqenc.cli", "seqenc.commands"],
 ]
 
 

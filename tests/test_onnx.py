@@ -21,7 +21,7 @@ from seqenc.errors import SeqencError  # noqa: E402
 from seqenc.inference import load_encoder  # noqa: E402
 from seqenc.model.batch import Batch  # noqa: E402
 from seqenc.model.encoder import EncoderConfig  # noqa: E402
-from seqenc.onnx import export_onnx, onnx_main  # noqa: E402
+from seqenc.onnx import export_onnx  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MAX_LEN = 12
@@ -168,11 +168,11 @@ def test_checksum_and_provenance_are_checked(tmp_path):
 
 def test_cli_exports_into_the_bundle(tmp_path, capsys):
     path = make_bundle(tmp_path / "bundle", features=True)
-    onnx_main(["--model", str(path)])
+    cli_main(["onnx", "--model", str(path)])
     assert capsys.readouterr().out.strip() == f"onnx: {path / 'model.onnx'}"
     assert (path / "model.onnx.sha256").is_file()
     with pytest.raises(SystemExit) as e:
-        onnx_main(["--model", str(tmp_path / "nope")])
+        cli_main(["onnx", "--model", str(tmp_path / "nope")])
     assert e.value.code == 1
     assert "seqenc onnx: error: model bundle not found" in capsys.readouterr().err
 

@@ -6,7 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seqenc.evaluate import main
+from seqenc.cli import main as cli_main
+
+
+def main(argv: list[str]) -> None:
+    """``seqenc probe ...``."""
+    cli_main(["probe", *argv])
 
 
 @pytest.mark.parametrize("per_row", [False, True])

@@ -5,23 +5,16 @@ numbers) or gradient-boosted trees on a feature table with k-fold cross-validati
 ROC-AUC / accuracy or R² with their spread over folds. :func:`aggregate_features` computes the hand-made baseline from the same
 events (per-category counts and shares, amount statistics per category, event rate, recency,
 inter-event gaps), point-in-time correct like :func:`~seqenc.inference.encode`, and
-:func:`embed_at` embeds each labelled entity at its own cut-off. ``seqenc probe`` (:func:`main`) runs
-the three comparisons (aggregates, embeddings, both) from Parquet files.
+:func:`embed_at` embeds each labelled entity at its own cut-off. ``seqenc probe``
+(:mod:`seqenc.commands.probe`) runs the three comparisons (aggregates, embeddings, both) from
+Parquet files.
 
 scikit-learn is an optional dependency (``pip install 'seqenc[eval]'``), imported when a probe runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
-import pandas as pd
-
-from seqenc.data.schema import EventSchema
-from seqenc.errors import SeqencError
-from seqenc.evaluate.features import aggregate_features, check_id_kinds, embed_at
+from seqenc.evaluate.features import aggregate_features, embed_at
 from seqenc.evaluate.probe import ProbeResult, compare, feature_matrix, probe
 
 __all__ = [
@@ -30,133 +23,5 @@ __all__ = [
     "compare",
     "embed_at",
     "feature_matrix",
-    "main",
     "probe",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line: seqenc probe
-
-
-def _read_table(path: str, what: str) -> pd.DataFrame:
-    try:
-        return pd.read_parquet(path) if not path.endswith(".csv") else pd.read_csv(path)
-    except (OSError, ValueError) as e:
-        raise SeqencError(f"cannot read {what} {path!r}: {e}") from e
-
-
-def main(argv: list[str]) -> None:
-    """``seqenc probe --labels L.parquet --label-column C [--embeddings E.parquet] [--events ...]``."""
-    parser = argparse.ArgumentParser(
-        prog="seqenc probe",
-        description="Cross-validated linear probe of per-entity labels from embeddings and/or "
-        "aggregate features of the same events (aggregates alone, embeddings alone, both).",
-    )
-    parser.add_argument("--labels", required=True, help="Parquet/CSV: entity column + label(s)")
-    parser.add_argument("--label-column", required=True, help="the label to predict")
-    parser.add_argument("--embeddings", help="Parquet from `seqenc embed` (entity_id, embedding)")
-    parser.add_argument("--events", nargs="+", help="event log(s): adds aggregate features")
-    parser.add_argument("--entity", default="entity_id", help="entity column of labels and events")
-    parser.add_argument("--item", default="item_id", help="item column of the events")
-    parser.add_argument("--timestamp", default="timestamp", help="time column of the events")
-    parser.add_argument("--categorical", nargs="*", default=[], help="categorical event columns")
-    parser.add_argument("--numeric", nargs="*", default=[], help="numeric event columns")
-    parser.add_argument(
-        "--as-of-column",
-        default="as_of",
-        help="per-label cut-off column of labels, used for the aggregates when present",
-    )
-    parser.add_argument(
-        "--as-of", default=None, help="one cut-off for the aggregates (without --as-of-column)"
-    )
-    parser.add_argument(
-        "--task", default="auto", choices=("auto", "binary", "multiclass", "regression")
-    )
-    parser.add_argument(
-        "--model",
-        nargs="+",
-        default=["linear", "trees"],
-        choices=("linear", "trees"),
-        help="probe(s): logistic/ridge regression, gradient-boosted trees, or both (default)",
-    )
-    parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the results here (JSON records)")
-    args = parser.parse_args(argv)
-    from seqenc.cli_support import one_line_errors
-
-    with one_line_errors("seqenc probe"):
-        table = _run(args)
-    print(format_table(table))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(table.to_dict(orient="records"), f, indent=1)
-
-
-def _run(args: argparse.Namespace) -> pd.DataFrame:
-    if not args.embeddings and not args.events:
-        raise SeqencError("give --embeddings, --events or both")
-    labels = _read_table(args.labels, "labels")
-    for column in (args.entity, args.label_column):
-        if column not in labels.columns:
-            raise SeqencError(f"labels {args.labels!r} have no column {column!r}")
-    per_row = args.as_of_column in labels.columns
-    on = [args.entity, args.as_of_column] if per_row else [args.entity]
-    sets: dict[str, pd.DataFrame] = {}
-    if args.events:
-        schema = EventSchema(
-            entity=args.entity,
-            item=args.item,
-            timestamp=args.timestamp or None,
-            categorical=args.categorical,
-            numeric=args.numeric,
-        )
-        cut = labels[on].drop_duplicates() if per_row else args.as_of
-        sets["aggregates"] = aggregate_features(
-            args.events, schema, cut, as_of_column=args.as_of_column
-        )
-        check_id_kinds(labels, sets["aggregates"], args.entity, "events'")
-    if args.embeddings:
-        emb = _read_table(args.embeddings, "embeddings").rename(columns={"entity_id": args.entity})
-        if "embedding" not in emb.columns or args.entity not in emb.columns:
-            raise SeqencError(
-                f"embeddings {args.embeddings!r} need {args.entity!r} and 'embedding'"
-            )
-        check_id_kinds(labels, emb, args.entity, f"embeddings' ({args.embeddings})")
-        if per_row and args.as_of_column not in emb.columns:
-            # One embedding per entity (one cut-off): it serves every label row of the entity.
-            emb = (
-                labels[on].drop_duplicates().merge(emb[[args.entity, "embedding"]], on=args.entity)
-            )
-        sets["embeddings"] = emb[[*on, "embedding"]]
-    return compare(
-        labels,
-        args.label_column,
-        sets,
-        on,
-        task=args.task,
-        models=args.model,
-        n_splits=args.folds,
-        seed=args.seed,
-    )
-
-
-def format_table(table: pd.DataFrame) -> str:
-    """Feature sets × metrics as ``mean ± std`` over folds."""
-    metrics = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
-    lines = []
-    for row in table.itertuples(index=False):
-        d = row._asdict()
-        cells = [f"{m} {d[m + '_mean']:.4f} ± {d[m + '_std']:.4f}" for m in metrics]
-        lines.append(
-            f"{d['model']:<7} {d['features']:<22} n={d['n_rows']:<6} d={d['n_features']:<5} "
-            + "  ".join(cells)
-        )
-    constant = [f"{m} {table[m + '_constant'].iloc[0]:.4f}" for m in metrics]
-    lines.append(f"{'':<7} {'constant predictor':<22} " + "  ".join(constant))
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

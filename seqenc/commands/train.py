@@ -1,0 +1,267 @@
+"""``seqenc fit|validate|test``: LightningCLI over :class:`~seqenc.module.SeqencModule` and
+:class:`~seqenc.data.datamodule.SequenceDataModule`, with the run folder, checkpoints and bundle
+set up, resume options checked, old option names answered in one line, and a curated ``--help``
+(``--help-all`` for LightningCLI's full list)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import torch
+import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+
+from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.cli_support import default_logger_classes, run_user_command
+from seqenc.compat_cli import align_after_fit, check_parent_bundle
+from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.schema import EventSchema
+from seqenc.errors import SeqencError
+from seqenc.model.encoder import EncoderConfig
+from seqenc.module import SeqencModule
+from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
+
+MONITOR = "val/ndcg@10"
+MAX_EPOCHS = 20
+PATIENCE = 10
+
+
+class SeqencCLI(LightningCLI):
+    """Wires the data module's spec into the model, tests the best checkpoint right after ``fit``
+    and prints where the checkpoint and the bundle are. Embeddings are made by ``seqenc embed``
+    (one prediction path), so there is no ``predict`` subcommand."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.spec", "model.spec", apply_on="instantiate")
+        # Early stopping as its own config section, so a run can relax it: with a cosine schedule
+        # the validation curve is noisy while the learning rate is high.
+        parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
+        parser.add_argument(  # seqenc.compat: after fit, map the new space to OLD's
+            "--compatible_with", type=str | None, default=None, help="OLD bundle to stay usable for"
+        )
+        parser.set_defaults(
+            {
+                "early_stopping.monitor": MONITOR,
+                "early_stopping.mode": "max",
+                "early_stopping.patience": PATIENCE,
+            }
+        )
+
+    def parse_arguments(self, parser, args) -> None:
+        self._args = args  # kept to tell the options given from the defaults (_parse_ckpt_path)
+        super().parse_arguments(parser, args)
+
+    def _parse_ckpt_path(self) -> None:
+        """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
+        line or in a config file (:func:`~seqenc.run_options.resume_options`: a changed learning rate or
+        dropout applies, a changed ``d_model`` is refused). Lightning's own lets the checkpoint's
+        override every given option, silently."""
+        subcommand = self.config.get("subcommand")
+        path = subcommand and self.config[subcommand].get("ckpt_path")
+        if not path or not Path(path).is_file():
+            return
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+        saved = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[0] != "_"}
+        explicit = self.parser.parse_args(self._args, defaults=False, _skip_validation=True)
+        given = explicit[subcommand].get("model")
+        model = resume_options(given.as_dict() if given else {}, saved)
+        self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+
+    def before_fit(self) -> None:
+        check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
+
+    def after_fit(self) -> None:
+        writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))
+        self.trainer.test(
+            self.model, datamodule=self.datamodule, ckpt_path=writer.checkpoint or None
+        )
+        if self.trainer.is_global_zero:
+            print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
+            print(f"bundle: {writer.path}")
+            align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
+
+
+# Keys renamed when the lengths got their names and the model its encoder section.
+RENAMED = {"data.max_len": "data.history_len"} | {
+    f"model.{name}": f"model.encoder.{name}" for name in sorted(ENCODER_FIELDS - set(FROM_DATA))
+}
+
+
+def check_renamed(argv: list[str]) -> None:
+    """An option under its old name (command line or ``--config`` file) is one line naming the
+    new one, not jsonargparse's usage message."""
+    keys = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--")]
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None
+        path = arg.split("=", 1)[1] if arg.startswith("--config=") else path
+        if path and Path(path).is_file():
+            keys += _yaml_keys(yaml.safe_load(Path(path).read_text()), f"{path}: ")
+    for key in keys:
+        old = key.split(": ")[-1]
+        if old in RENAMED:
+            raise SeqencError(f"{key} is now {RENAMED[old]}")
+
+
+def _yaml_keys(tree: object, prefix: str) -> list[str]:
+    """``data.max_len``-style paths of the (two top levels of the) mapping ``tree``."""
+    if not isinstance(tree, dict):
+        return []
+    return [
+        f"{prefix}{section}.{key}"
+        for section, options in tree.items()
+        if isinstance(options, dict)
+        for key in options
+    ]
+
+
+def _run_name(argv: list[str]) -> str:
+    """The run's name: the stem of its ``--config`` file, else ``seqenc``."""
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return Path(argv[i + 1]).stem
+        if arg.startswith("--config="):
+            return Path(arg.split("=", 1)[1]).stem
+    return "seqenc"
+
+
+def trainer_defaults(name: str) -> dict:
+    """Checkpoints of the best validation NDCG@10 and of the last epoch, the bundle at the end,
+    gradient clipping, CSV + TensorBoard logs in one folder (early stopping is the
+    ``early_stopping`` config section). The run folder is ``runs/<name>/<start time>-<pid>``: runs
+    started in the same second (a seed sweep launched at once) never share logs, checkpoints or
+    bundle."""
+    version = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    loggers = [
+        {
+            "class_path": f"lightning.pytorch.loggers.{cls}",
+            "init_args": {"save_dir": "runs", "name": name, "version": version},
+        }
+        for cls in default_logger_classes()
+    ]
+    return {
+        "logger": loggers,
+        # Lightning's ``save_last`` copies only the checkpoints it saves (the best ones), so the
+        # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt.
+        "callbacks": [
+            ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
+            ModelCheckpoint(filename="last"),
+            WriteBundle(),
+            Baselines(),
+        ],
+        "use_distributed_sampler": False,
+        "gradient_clip_val": 1.0,
+        "max_epochs": MAX_EPOCHS,
+    }
+
+
+def main(argv: list[str], given: list[str] | None) -> None:
+    """``seqenc fit|validate|test ...`` (``argv`` from the subcommand on; ``given`` is what the
+    caller passed, ``None`` for ``sys.argv``, which LightningCLI then reads itself)."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(curated_help(argv[0]))
+        return
+    if "--help-all" in argv:
+        argv = ["--help" if a == "--help-all" else a for a in argv]
+        given = argv
+    run_user_command(
+        lambda: (
+            check_renamed(argv)
+            or SeqencCLI(
+                SeqencModule,
+                SequenceDataModule,
+                trainer_defaults=trainer_defaults(_run_name(argv)),
+                # Only fit saves its config (into the run folder); test / validate have no run folder.
+                save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
+                save_config_kwargs={"overwrite": True},
+                args=given,  # None: LightningCLI reads sys.argv itself
+            )
+        ),
+        f"seqenc {argv[0]}",
+    )
+
+
+# The options a user sets first: (option, what it sets); the defaults are read from the classes.
+FIRST_OPTIONS = {
+    "data": [
+        ("path", "the event log: Parquet/CSV file(s), a glob or a directory"),
+        ("format", "events (columns: data.schema), or movielens, sasrec, auto"),
+        ("schema.entity", "entity column (account, user)"),
+        ("schema.item", "item column (event kind, product)"),
+        ("schema.timestamp", "time column (null: no times)"),
+        ("schema.categorical", "categorical event columns, e.g. '[channel]'"),
+        ("schema.numeric", "numeric event columns, e.g. '[amount]'"),
+        ("history_len", "events per history fed to the model (the newest)"),
+        ("batch_size", "training samples per batch"),
+    ],
+    "model": [
+        ("objective", "causal (next event) or masked (cloze)"),
+        ("encoder.d_model", "embedding size"),
+        ("encoder.n_layers", "Transformer blocks"),
+        ("encoder.n_heads", "attention heads"),
+        ("encoder.dropout", "dropout on embeddings and residual branches"),
+        ("encoder.pooling", "entity embedding: last position or mean"),
+        ("encoder.repeat_head", "copy head for repeated items (null: from the data)"),
+        ("lr", "AdamW learning rate (warm-up, then cosine decay)"),
+        ("warmup_steps", "linear warm-up steps"),
+    ],
+    "trainer": [
+        ("max_epochs", "epochs"),
+        ("accelerator", "cpu, gpu or auto"),
+        ("devices", "how many, or which"),
+    ],
+    "early_stopping": [("patience", "validations without improvement before stopping")],
+}
+GENERAL = [
+    ("--config FILE", "a YAML config (configs/*.yaml); several layer in order"),
+    ("--seed_everything N", "seed of the initialisation and the batch order"),
+    ("--ckpt_path CKPT", "start from a checkpoint (fit: resume)"),
+    ("--print_config", "print the whole configuration of this run and exit"),
+    ("--help-all", "every option (LightningCLI's list, hundreds of lines)"),
+]
+
+
+def _defaults() -> dict[str, object]:
+    """The defaults of :data:`FIRST_OPTIONS`, read from the classes that take them."""
+    found: dict[str, object] = {
+        "trainer.max_epochs": MAX_EPOCHS,
+        "trainer.accelerator": "auto",
+        "trainer.devices": "auto",
+        "early_stopping.patience": PATIENCE,
+    }
+    for section, cls in (("data", SequenceDataModule), ("model", SeqencModule)):
+        for name, p in inspect.signature(cls).parameters.items():
+            found[f"{section}.{name}"] = p.default
+    for prefix, cls in (("data.schema", EventSchema), ("model.encoder", EncoderConfig)):
+        for f in fields(cls):
+            factory = f.default_factory
+            found[f"{prefix}.{f.name}"] = f.default if factory is MISSING else factory()
+    return found
+
+
+def curated_help(subcommand: str) -> str:
+    """The options a user sets first, with their defaults; ``--help-all`` lists every option."""
+    defaults = _defaults()
+    lines = [
+        f"usage: seqenc {subcommand} [--config FILE ...] [--SECTION.OPTION VALUE ...]",
+        "",
+        "The options set first (the full list: --help-all). YAML configs use the same names:",
+        "data.history_len is `data: {history_len: 64}`.",
+        "",
+    ]
+    lines += [f"  {option:<30} {what}" for option, what in GENERAL]
+    for section, options in FIRST_OPTIONS.items():
+        lines.append("")
+        for name, what in options:
+            default = defaults.get(f"{section}.{name}", inspect.Parameter.empty)
+            shown = "" if default is inspect.Parameter.empty else f" (default: {default})"
+            lines.append(f"  {f'--{section}.{name}':<30} {what}{shown}")
+    return "\n".join(lines)
