@@ -11,7 +11,7 @@ most recent distinct items" can beat a trained model, and on a catalogue with a 
   is the position of its last occurrence); items the entity never used follow in popularity order.
 
 The history of a sample is its whole input ``[start, end)``, not truncated to the model's
-``max_len``, the same events the evaluation's seen-item filter removes.
+``history_len``, the same events the evaluation's seen-item filter removes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Length-bucketed batch sampling, sharded across distributed ranks.
 
 Short histories are batched with short ones so that a batch is padded only to its own longest row,
-not to ``max_len``: samples are shuffled, cut into mega-batches of ``bucket_factor`` batches, sorted by
+not to ``history_len``: samples are shuffled, cut into mega-batches of ``bucket_factor`` batches, sorted by
 length inside each mega-batch, cut into batches, and the batches shuffled again. The sampler yields
 whole index arrays, so the Dataset builds a batch in one vectorized call (no per-sample Python).
 """

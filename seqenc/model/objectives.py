@@ -2,7 +2,7 @@
 
 An objective owns the two ends of the model contract that differ between SASRec and BERT4Rec:
 
-- ``training_pair``: a training window (``max_len + 1`` events, see
+- ``training_pair``: a training window (``window_len = history_len + 1`` events, see
   :mod:`seqenc.data.datamodule`) → ``(inputs, labels)``;
 - ``query``: a history → the batch whose last real position holds the entity's embedding.
 
