@@ -104,37 +104,16 @@ def generate_events(
     ground truth, not a feature). The same arguments always give an identical frame.
     """
     _check_args(n_entities, n_items, n_types, min_events, max_events)
-    try:
-        t0 = pd.Timestamp(start, tz="UTC")
-    except ValueError as err:
-        raise SeqencError(f"start={start!r} is not a parseable date") from err
+    t0 = _start_time(start)
     rng = np.random.default_rng(seed)
 
-    # Accounts: balanced types, log-normal numbers of ordinary (non-habit) events.
-    account_type = rng.permutation(np.arange(n_entities) % n_types)
+    account_type, lengths = _accounts(rng, n_entities, n_types, min_events, max_events)
     type_profile = behaviour_profile(n_types)
     n_profiles = int(type_profile.max()) + 1
     account_profile = type_profile[account_type]
     tempo = np.geomspace(*GAP_MEDIAN_S, n_types)[account_type]
-    lengths = np.exp(rng.normal(np.log(LENGTH_MEDIAN), LENGTH_SIGMA, n_entities))
-    lengths = np.clip(np.round(lengths), min_events, max_events).astype(np.int64)
 
-    # Per-profile parameters: day and night preferences, chains, event mixes; per-item prices.
-    global_zipf = _zipf(n_items)
-    preference = np.stack(
-        [
-            [
-                (1 - SHARED_WEIGHT) * _zipf(n_items)[rng.permutation(n_items)]
-                + SHARED_WEIGHT * global_zipf
-                for _ in range(2)
-            ]
-            for _ in range(n_profiles)
-        ]
-    )  # [profile, day/night, item]
-    successor = np.stack([rng.permutation(n_items) for _ in range(n_profiles)])
-    event_mix = rng.dirichlet([8.0, 4.0, 2.0, 1.0, 1.0], size=n_profiles)
-    channel_mix = rng.dirichlet([2.0, 2.0, 1.0], size=n_profiles)
-    log_price = rng.normal(3.0, 1.0, n_items)
+    preference, successor, event_mix, channel_mix, log_price = _profiles(rng, n_items, n_profiles)
     habit = rng.integers(0, n_items, n_entities)  # an account-specific item, not a popular one
 
     entity, activity, periodic, session_start = _activity_clock(rng, lengths, max_events)
@@ -150,28 +129,77 @@ def generate_events(
         root[rows] = rng.choice(n_items, size=len(rows), p=preference[p, is_night])
     item = _follow(parent, chain_step, root, profile, successor)
 
-    # Categorical columns and amounts.
-    n = len(entity)
+    event_code, channel_code, amount = _features(
+        rng, profile, item, event_mix, channel_mix, log_price
+    )
+    ts_ns = t0.value + time_ms * 1_000_000
+    order = np.lexsort((np.arange(len(entity)), entity, ts_ns))
+    labels = np.char.add("acct_", np.char.zfill(np.arange(n_entities).astype(str), 6))
+    columns = {
+        "entity_id": pd.Series(labels, dtype="str").take(entity[order]).reset_index(drop=True),
+        "item_id": item[order],
+        "timestamp": pd.to_datetime(ts_ns[order], unit="ns", utc=True),
+        "event_type": pd.Categorical.from_codes(event_code[order], categories=EVENT_TYPES),
+        "channel": pd.Categorical.from_codes(channel_code[order], categories=CHANNELS),
+        "amount": amount[order],
+        "account_type": account_type[entity[order]].astype(np.int64),
+    }
+    return pd.DataFrame(columns)
+
+
+def _start_time(start: str) -> pd.Timestamp:
+    try:
+        return pd.Timestamp(start, tz="UTC")
+    except ValueError as err:
+        raise SeqencError(f"start={start!r} is not a parseable date") from err
+
+
+def _accounts(
+    rng: np.random.Generator, n_entities: int, n_types: int, min_events: int, max_events: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each account's type (balanced) and its log-normal number of ordinary (non-habit) events."""
+    account_type = rng.permutation(np.arange(n_entities) % n_types)
+    lengths = np.exp(rng.normal(np.log(LENGTH_MEDIAN), LENGTH_SIGMA, n_entities))
+    return account_type, np.clip(np.round(lengths), min_events, max_events).astype(np.int64)
+
+
+def _features(
+    rng: np.random.Generator,
+    profile: np.ndarray,
+    item: np.ndarray,
+    event_mix: np.ndarray,
+    channel_mix: np.ndarray,
+    log_price: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each event's categorical codes (event type, channel: the profile's mixes) and amount (the
+    item's price with noise, for purchases; 0 otherwise)."""
     event_code = _sample_rows(rng, event_mix[profile])
     channel_code = _sample_rows(rng, channel_mix[profile])
     purchase = event_code == EVENT_TYPES.index("purchase")
-    price = np.exp(log_price[item] + rng.normal(0.0, 0.2, n))
-    amount = np.where(purchase, np.round(price, 2), 0.0)
+    price = np.exp(log_price[item] + rng.normal(0.0, 0.2, len(item)))
+    return event_code, channel_code, np.where(purchase, np.round(price, 2), 0.0)
 
-    ts_ns = t0.value + time_ms * 1_000_000
-    order = np.lexsort((np.arange(n), entity, ts_ns))
-    labels = np.char.add("acct_", np.char.zfill(np.arange(n_entities).astype(str), 6))
-    return pd.DataFrame(
-        {
-            "entity_id": pd.Series(labels, dtype="str").take(entity[order]).reset_index(drop=True),
-            "item_id": item[order],
-            "timestamp": pd.to_datetime(ts_ns[order], unit="ns", utc=True),
-            "event_type": pd.Categorical.from_codes(event_code[order], categories=EVENT_TYPES),
-            "channel": pd.Categorical.from_codes(channel_code[order], categories=CHANNELS),
-            "amount": amount[order],
-            "account_type": account_type[entity[order]].astype(np.int64),
-        }
+
+def _profiles(
+    rng: np.random.Generator, n_items: int, n_profiles: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-profile parameters: day and night item preferences ``[profile, day/night, item]``,
+    chains (each item's successor), event-type and channel mixes; and per-item log prices."""
+    global_zipf = _zipf(n_items)
+    preference = np.stack(
+        [
+            [
+                (1 - SHARED_WEIGHT) * _zipf(n_items)[rng.permutation(n_items)]
+                + SHARED_WEIGHT * global_zipf
+                for _ in range(2)
+            ]
+            for _ in range(n_profiles)
+        ]
     )
+    successor = np.stack([rng.permutation(n_items) for _ in range(n_profiles)])
+    event_mix = rng.dirichlet([8.0, 4.0, 2.0, 1.0, 1.0], size=n_profiles)
+    channel_mix = rng.dirichlet([2.0, 2.0, 1.0], size=n_profiles)
+    return preference, successor, event_mix, channel_mix, rng.normal(3.0, 1.0, n_items)
 
 
 def _activity_clock(
