@@ -25,16 +25,13 @@ dropping the nulls of its column and read each row's events up to its ``as_of``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
-
-from seqenc.atomic import atomic_file
+from prep_common import PrepError, prep_main
 
 # The day after the full Berka data's last day (1998-12-31): no loan after it is known.
 DATA_END = pd.Timestamp("1999-01-01")
@@ -50,10 +47,6 @@ STATEMENTS = {  # account.asc frequency -> statement label
 }
 TRANS_COLUMNS = ["trans_id", "account_id", "date", "type", "operation", "amount", "balance"]
 TRANS_COLUMNS += ["k_symbol", "bank", "account"]
-
-
-class PrepError(Exception):
-    """Bad input: reported as one line, no traceback."""
 
 
 def read_table(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -257,38 +250,28 @@ def labels_table(data: Path, events: pd.DataFrame) -> pd.DataFrame:
     return labels.sort_values(["account_id", "as_of"], ignore_index=True)
 
 
-def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Write under a unique temporary name, then rename: never a half-written file."""
-    with atomic_file(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
+def prepare(data: Path) -> dict[str, pd.DataFrame]:
+    events = events_table(data)
+    return {"berka_events.parquet": events, "berka_labels.parquet": labels_table(data, events)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data/berka"))
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    try:
-        events = events_table(args.data)
-        labels = labels_table(args.data, events)
-    except PrepError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_parquet(events, args.out / "berka_events.parquet")
-    write_parquet(labels, args.out / "berka_labels.parquet")
+def summary(tables: dict[str, pd.DataFrame], out: Path) -> str:
+    events, labels = tables["berka_events.parquet"], tables["berka_labels.parquet"]
     n_loans = int(labels["loan_default"].notna().sum())
     propensity = labels["loan_next_12m"].dropna()
-    print(
+    return (
         f"{len(events)} events of {events['account_id'].nunique()} accounts, "
         f"{events['item'].nunique()} categories, {events['timestamp'].min().date()} .. "
-        f"{events['timestamp'].max().date()} -> {args.out / 'berka_events.parquet'}\n"
+        f"{events['timestamp'].max().date()} -> {out / 'berka_events.parquet'}\n"
         f"{int(labels['gender'].notna().sum())} static label rows, {n_loans} loan rows "
         f"({int(labels['loan_default'].sum())} defaults), {len(propensity)} propensity rows "
         f"({int(propensity.sum())} with a loan in the next 12 months) -> "
-        f"{args.out / 'berka_labels.parquet'}"
+        f"{out / 'berka_labels.parquet'}"
     )
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return prep_main(__doc__, "../shared/data/berka", prepare, summary, argv)
 
 
 if __name__ == "__main__":

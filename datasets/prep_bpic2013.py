@@ -20,7 +20,6 @@ ticket and minute (the CSV is grouped by case and in time order).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,16 +27,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
-
-from seqenc.atomic import atomic_file
+from prep_common import PrepError, prep_main
 
 FILE = "bpi_13_incidents.csv"
 COLUMNS = ["CaseID", "ActivityID", "CompleteTimestamp"]
-
-
-class PrepError(Exception):
-    """Bad input: reported as one line, no traceback."""
 
 
 def read_log(path: Path) -> pd.DataFrame:
@@ -93,31 +86,21 @@ def repeat_share(events: pd.DataFrame) -> float:
     return float(events.duplicated(["case_id", "activity"]).mean())
 
 
-def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Write under a unique temporary name, then rename: never a half-written file."""
-    with atomic_file(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
+def summary(tables: dict[str, pd.DataFrame], out: Path) -> str:
+    events = tables["bpic2013_events.parquet"]
+    return (
+        f"{len(events)} events of {events['case_id'].nunique()} tickets, "
+        f"{events['activity'].nunique()} activities, repeat share {repeat_share(events):.3f}, "
+        f"{events['timestamp'].min()} .. {events['timestamp'].max()} -> "
+        f"{out / 'bpic2013_events.parquet'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data/bpic2013"))
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    try:
-        events = events_table(args.data)
-    except PrepError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / "bpic2013_events.parquet"
-    write_parquet(events, out)
-    print(
-        f"{len(events)} events of {events['case_id'].nunique()} tickets, "
-        f"{events['activity'].nunique()} activities, repeat share {repeat_share(events):.3f}, "
-        f"{events['timestamp'].min()} .. {events['timestamp'].max()} -> {out}"
-    )
-    return 0
+    def prepare(data: Path) -> dict[str, pd.DataFrame]:
+        return {"bpic2013_events.parquet": events_table(data)}
+
+    return prep_main(__doc__, "../shared/data/bpic2013", prepare, summary, argv)
 
 
 if __name__ == "__main__":

@@ -21,17 +21,13 @@ writes three Parquet files (research use only: never commit them; see ``datasets
 
 from __future__ import annotations
 
-import argparse
 import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from seqenc.atomic import atomic_file
+from prep_common import PrepError, prep_main
 
 CUTOFF = pd.Timestamp("2001-01-31", tz="UTC")  # forward tasks: inputs on or before this day
 FILE = "ta_feng.csv.zip"
@@ -46,10 +42,6 @@ COLUMNS = {
     "SALES_PRICE": "price",
 }
 UNDER_35 = {"<25", "25-29", "30-34"}
-
-
-class PrepError(Exception):
-    """Bad input: reported as one line, no traceback."""
 
 
 def read_raw(data: Path) -> pd.DataFrame:
@@ -134,39 +126,28 @@ def labels_table(df: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    with atomic_file(path) as tmp:
-        pq.write_table(table, tmp)
+def prepare(data: Path) -> dict[str, pd.DataFrame]:
+    raw = read_raw(data)
+    events = events_table(raw)
+    return {
+        "tafeng_events.parquet": events,
+        "tafeng_train.parquet": events[events["timestamp"] <= CUTOFF],
+        "tafeng_labels.parquet": labels_table(raw, events),
+    }
+
+
+def summary(tables: dict[str, pd.DataFrame], out: Path) -> str:
+    events, labels = tables["tafeng_events.parquet"], tables["tafeng_labels.parquet"]
+    return (
+        f"{len(events):,} events of {events['customer_id'].nunique():,} customers "
+        f"({len(tables['tafeng_train.parquet']):,} up to {CUTOFF.date()}); "
+        f"{int(labels['age_group'].notna().sum()):,} age labels, "
+        f"{int(labels['buys_february'].notna().sum()):,} forward rows -> {out}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data", default="../shared/data/ta-feng", help="folder of ta_feng.csv.zip"
-    )
-    parser.add_argument("--out", required=True, help="output folder")
-    args = parser.parse_args(argv)
-    try:
-        raw = read_raw(Path(args.data))
-        events = events_table(raw)
-        labels = labels_table(raw, events)
-    except PrepError as e:
-        print(f"prep_tafeng: {e}", file=sys.stderr)
-        return 1
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_parquet(events, out / "tafeng_events.parquet")
-    write_parquet(events[events["timestamp"] <= CUTOFF], out / "tafeng_train.parquet")
-    write_parquet(labels, out / "tafeng_labels.parquet")
-    n_static = int(labels["age_group"].notna().sum())
-    print(
-        f"{len(events):,} events of {events['customer_id'].nunique():,} customers "
-        f"({int((events['timestamp'] <= CUTOFF).sum()):,} up to {CUTOFF.date()}); "
-        f"{n_static:,} age labels, {int(labels['buys_february'].notna().sum()):,} forward rows "
-        f"-> {out}"
-    )
-    return 0
+    return prep_main(__doc__, "../shared/data/ta-feng", prepare, summary, argv)
 
 
 if __name__ == "__main__":
