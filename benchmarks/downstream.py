@@ -334,6 +334,12 @@ def main() -> None:
     parser.add_argument(
         "--merge", nargs="+", default=None, help="no training: one table from these runs' JSON"
     )
+    parser.add_argument(
+        "--bundles",
+        nargs="+",
+        default=None,
+        help="no training: probe these bundles (e.g. a run's, for more tasks); one per seed",
+    )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
     dataset = DATASETS[args.data]
@@ -364,7 +370,10 @@ def main() -> None:
         evaluate(tasks, tree_tasks, labels, aggregates, None, on, cache)
         return
     runs, sample_runs, next_event, fit_s = [], [], [], []
-    for seed in args.seeds:
+    for bundle in args.bundles or []:
+        embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
+        runs.append(evaluate(tasks, tree_tasks, labels, aggregates, embeddings, on, cache))
+    for seed in [] if args.bundles else args.seeds:
         if tasks:
             config = args.config or dataset.config
             bundle, wall, table = fit(
@@ -393,7 +402,8 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}; "
         f"date: {time.strftime('%Y-%m-%d')}; wall time {wall:.0f} s "
-        f"(training {np.mean(fit_s or [0]):.0f} s per {args.data} model); seeds {args.seeds}\n\n"
+        f"(training {np.mean(fit_s or [0]):.0f} s per {args.data} model); "
+        + (f"bundles {args.bundles}\n\n" if args.bundles else f"seeds {args.seeds}\n\n")
     )
     raw = {
         "dataset": args.data,
@@ -414,8 +424,12 @@ def write(header: str, raw: dict, dataset: Dataset, name: str, output: str | Non
     text += "\n" + next_event_markdown(raw["next_event"], raw["dataset"])
     print(text)
     path = Path(output or ROOT / f"benchmarks/results/{name}.md")
-    path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps(raw | {"rows": rows}, indent=1, default=float))
+    for target, content in (
+        (path, text),
+        (path.with_suffix(".json"), json.dumps(raw | {"rows": rows}, indent=1, default=float)),
+    ):
+        with atomic_file(target) as tmp:
+            Path(tmp).write_text(content)
 
 
 def merge(paths: list[Path], dataset: Dataset, name: str, output: str | None) -> None:

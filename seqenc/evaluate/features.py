@@ -158,7 +158,7 @@ def aggregate_features(
 ) -> pd.DataFrame:
     """Hand-made per-entity features from the same events the encoder reads: what a practitioner
     writes before reaching for a sequence model (RFM, basket and gap statistics, category mix and
-    spend mix).
+    spend mix). Columnar (pandas group-bys), no Python loop over rows.
 
     Args:
         events: anything :func:`~seqenc.read_events` reads, with ``schema``'s columns.
@@ -182,7 +182,6 @@ def aggregate_features(
         categorical column ``distinct[col]`` and per value ``count[col=value]``,
         ``share[col=value]`` and per numeric column ``{num}_share[col=value]`` (the value's part of
         the entity's total of ``|num|``); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
-        Columnar (pandas group-bys), no Python loop over rows.
     """
     if as_of is not None and schema.timestamp is None:
         raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
@@ -208,10 +207,22 @@ def aggregate_features(
         overall = _numeric_stats(ev, column, ["_row"])
         blocks.append(overall.rename(columns=lambda s, c=column: f"{c}_{s}"))
     features = pd.concat(blocks, axis=1).fillna(0.0).astype(float)
+    return _with_keys(features, keys, entity, as_of if len(out_keys) == 2 else None, as_of_column)
+
+
+def _with_keys(
+    features: pd.DataFrame,
+    keys: pd.DataFrame,
+    entity: str,
+    cutoffs: pd.DataFrame | None,
+    as_of_column: str,
+) -> pd.DataFrame:
+    """``features`` (indexed by cut-off row) behind their key columns: the entity, and with a
+    table of ``cutoffs`` its ``as_of_column``."""
     rows = keys.set_index("_row").loc[features.index]
     head = pd.DataFrame({entity: rows[entity].to_numpy()})
-    if len(out_keys) == 2:
-        head[as_of_column] = as_of[as_of_column].to_numpy()[features.index.to_numpy()]
+    if cutoffs is not None:
+        head[as_of_column] = cutoffs[as_of_column].to_numpy()[features.index.to_numpy()]
     return pd.concat([head, features.reset_index(drop=True)], axis=1)
 
 

@@ -174,50 +174,13 @@ def probe(
     Every model sees the same folds for a given ``seed`` and labels, so scores of two feature
     sets differ fold by fold only by their features (paired differences).
     """
-    ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
+    metrics = _sklearn()[2]
     x, y = _align(features, labels, label_column, on)
     task = _infer_task(y) if task == "auto" else task
     if task not in ("binary", "multiclass", "regression"):
         raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
-    if model not in MODELS:
-        raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
-    classes: list = []
-    if task == "regression":
-        y = y.astype(float)
-        splitter = model_selection.KFold(n_splits, shuffle=True, random_state=seed)
-        holdout = model_selection.ShuffleSplit(1, test_size=TREE_HOLDOUT, random_state=seed)
-        # Leave-one-out over the alpha grid in closed form (generalised cross-validation).
-        linear = linear_model.RidgeCV(alphas=ALPHA_GRID)
-        trees = ensemble.HistGradientBoostingRegressor
-        scoring = "r2"
-    else:
-        codes, uniques = pd.factorize(y, sort=True)
-        classes = list(uniques)
-        counts = np.bincount(codes)
-        if len(classes) < 2:
-            raise SeqencError(f"labels have a single class {classes!r}: nothing to probe")
-        if counts.min() < n_splits:
-            small = classes[int(np.argmin(counts))]
-            raise SeqencError(
-                f"class {small!r} has {counts.min()} row(s), fewer than n_splits={n_splits}"
-            )
-        y = codes
-        splitter = model_selection.StratifiedKFold(n_splits, shuffle=True, random_state=seed)
-        inner = model_selection.StratifiedKFold(3, shuffle=True, random_state=seed)
-        holdout = model_selection.StratifiedShuffleSplit(
-            1, test_size=TREE_HOLDOUT, random_state=seed
-        )
-        # The C grid as one warm-started path per inner fold, scored by log loss.
-        linear = linear_model.LogisticRegressionCV(
-            Cs=list(C_GRID), cv=inner, scoring="neg_log_loss", max_iter=2000
-        )
-        trees = ensemble.HistGradientBoostingClassifier
-        scoring = "neg_log_loss"
-    if model == "trees":
-        booster = trees(max_iter=500, early_stopping=True, n_iter_no_change=20, random_state=seed)
-        search = _HoldoutSearch(booster, LEAF_GRID, holdout, metrics.get_scorer(scoring))
-    else:
-        search = pipeline.make_pipeline(preprocessing.StandardScaler(), linear)
+    y, classes = _label_codes(task, y, n_splits)
+    splitter, search = _estimator(task, model, n_splits, seed)
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for train, test in splitter.split(x, y):
@@ -236,6 +199,53 @@ def probe(
         folds={k: np.asarray(v) for k, v in folds.items()},
         baseline={k: float(np.mean(v)) for k, v in base.items()},
     )
+
+
+def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, list]:
+    """Regression targets as floats; classes as codes 0..k-1 (sorted) with the class list, each
+    class needing a row in every fold."""
+    if task == "regression":
+        return y.astype(float), []
+    codes, uniques = pd.factorize(y, sort=True)
+    classes = list(uniques)
+    counts = np.bincount(codes)
+    if len(classes) < 2:
+        raise SeqencError(f"labels have a single class {classes!r}: nothing to probe")
+    if counts.min() < n_splits:
+        small = classes[int(np.argmin(counts))]
+        raise SeqencError(
+            f"class {small!r} has {counts.min()} row(s), fewer than n_splits={n_splits}"
+        )
+    return codes, classes
+
+
+def _estimator(task: str, model: str, n_splits: int, seed: int):
+    """The outer k-fold splitter and the estimator :func:`probe` fits on each training fold (its
+    hyperparameters searched inside that fold only)."""
+    if model not in MODELS:
+        raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
+    ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
+    if task == "regression":
+        splitter = model_selection.KFold(n_splits, shuffle=True, random_state=seed)
+        holdout = model_selection.ShuffleSplit(1, test_size=TREE_HOLDOUT, random_state=seed)
+        # Leave-one-out over the alpha grid in closed form (generalised cross-validation).
+        linear = linear_model.RidgeCV(alphas=ALPHA_GRID)
+        trees, scoring = ensemble.HistGradientBoostingRegressor, "r2"
+    else:
+        splitter = model_selection.StratifiedKFold(n_splits, shuffle=True, random_state=seed)
+        inner = model_selection.StratifiedKFold(3, shuffle=True, random_state=seed)
+        holdout = model_selection.StratifiedShuffleSplit(
+            1, test_size=TREE_HOLDOUT, random_state=seed
+        )
+        # The C grid as one warm-started path per inner fold, scored by log loss.
+        linear = linear_model.LogisticRegressionCV(
+            Cs=list(C_GRID), cv=inner, scoring="neg_log_loss", max_iter=2000
+        )
+        trees, scoring = ensemble.HistGradientBoostingClassifier, "neg_log_loss"
+    if model == "trees":
+        booster = trees(max_iter=500, early_stopping=True, n_iter_no_change=20, random_state=seed)
+        return splitter, _HoldoutSearch(booster, LEAF_GRID, holdout, metrics.get_scorer(scoring))
+    return splitter, pipeline.make_pipeline(preprocessing.StandardScaler(), linear)
 
 
 class _HoldoutSearch:
