@@ -378,3 +378,15 @@ def test_fit_help_is_curated_and_the_full_list_is_one_option_away(capsys):
     full = capsys.readouterr().out
     assert info.value.code == 0 and len(full.splitlines()) > 300
     assert "--trainer.gradient_clip_val" in full and "--model.encoder.n_time_buckets" in full
+
+
+def test_embed_refuses_an_onnx_graph_the_torch_backend_would_ignore(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["embed", "--model", "b", "--events", "e.parquet", "--output", str(tmp_path / "o"),
+              "--onnx", "g.onnx"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 1
+    assert err[-1] == (
+        "seqenc embed: error: --onnx g.onnx would be ignored: the graph runs with --backend "
+        "onnxruntime, and the backend is torch"
+    )
