@@ -132,7 +132,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-encode-"))
     schema = EventSchema()
     events = generate_events(N_ENTITIES, N_ITEMS, seed=0)
-    store, _ = build_sequences(events, schema, max_len=MAX_LEN)
+    store, _ = build_sequences(events, schema, keep_newest=MAX_LEN)
     shape = dict(d_model=D_MODEL, n_layers=N_LAYERS, n_heads=N_HEADS, ffn_mult=FFN_MULT)
     bundle = random_bundle(tmp / "bundle", events, schema, MAX_LEN, name="bundle", **shape)
     small = shape | dict(d_model=RSS_D_MODEL, n_layers=1)

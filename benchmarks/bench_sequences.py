@@ -120,9 +120,9 @@ def main() -> None:
     rows = []
     for name, df, has_time in datasets(args.events):
         schema = EventSchema(timestamp="timestamp" if has_time else None)
-        store, vocabs = build_sequences(df, schema, max_len=MAX_LEN)
+        store, vocabs = build_sequences(df, schema, keep_newest=MAX_LEN)
         check_same(store, vocabs.item.values, pandas_reference(df, has_time))
-        ours = median_seconds(partial(build_sequences, df, schema, max_len=MAX_LEN), args.repeats)
+        ours = median_seconds(partial(build_sequences, df, schema, keep_newest=MAX_LEN), args.repeats)
         theirs = median_seconds(partial(pandas_reference, df, has_time), args.repeats)
         rows.append(
             f"| {name} | {len(df):,} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.1f}x "
@@ -136,7 +136,7 @@ def main() -> None:
             "## build_sequences vs pandas",
             "",
             f"`{command}` on {dt.date.today().isoformat()}; {machine()}.",
-            f"max_len={MAX_LEN}; median of {args.repeats} runs after one warm-up; input is a "
+            f"keep_newest={MAX_LEN}; median of {args.repeats} runs after one warm-up; input is a "
             "DataFrame in memory; both outputs checked equal first. seqenc also validates the "
             "columns and fits + applies the item vocabulary; the pandas reference only sorts, "
             "truncates and computes dt_prev / dt_ref. 'ratio' = pandas s / seqenc s.",

@@ -28,7 +28,7 @@ def random_bundle(
     ``events``, fed ``history_len`` events and holding ``history_len + 1`` positions, as a trained
     model does. ``std``: every weight drawn from N(0, std), large enough that each input moves the
     embedding (parity tests need that); ``None`` keeps the model's own initialisation."""
-    _, vocabs = build_sequences(events, schema, max_len=None)
+    _, vocabs = build_sequences(events, schema, keep_newest=None)
     config = EncoderConfig(
         n_items=len(vocabs.item),
         n_positions=history_len + 1,

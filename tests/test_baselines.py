@@ -22,7 +22,7 @@ def split(histories: dict[int, list[str]], min_len: int = 3):
         [(e, item) for e, items in histories.items() for item in items],
         columns=["entity_id", "item_id"],
     )
-    store, vocabs = build_sequences(df, SCHEMA, max_len=None)
+    store, vocabs = build_sequences(df, SCHEMA, keep_newest=None)
     return leave_one_out(store, min_len), vocabs
 
 

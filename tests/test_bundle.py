@@ -33,7 +33,7 @@ from seqenc.module import SeqencModule
 
 
 def _embed(encoder: SequenceEncoder, events: pd.DataFrame, vocabs, max_len: int) -> torch.Tensor:
-    store, _ = build_sequences(events, SCHEMA, max_len=max_len, vocabs=vocabs)
+    store, _ = build_sequences(events, SCHEMA, keep_newest=max_len, vocabs=vocabs)
     view = full_view(store)
     with torch.inference_mode():
         return encoder.eval().entity_embedding(collate(view, range(len(view)), max_len))
@@ -52,7 +52,7 @@ def test_round_trip_same_weights_config_and_embeddings(tmp_path):
     assert len(config["config_hash"]) == 16 and config["encoder"]["d_model"] == 16
     assert not encoder.training and meta.dim == 16
 
-    _, fitted = build_sequences(events, SCHEMA, max_len=None)
+    _, fitted = build_sequences(events, SCHEMA, keep_newest=None)
     assert vocabs.to_dict() == fitted.to_dict()
     torch.manual_seed(0)  # the same seed rebuilds the same random weights
     original = SequenceEncoder(encoder.config)
@@ -193,7 +193,7 @@ def test_missing_bundle_and_vocab_mismatch(tmp_path):
     with pytest.raises(SeqencError, match="model bundle not found"):
         load_bundle(tmp_path / "nowhere")
     events = tiny_events()
-    _, vocabs = build_sequences(events.head(30), SCHEMA, max_len=None)  # fewer items
+    _, vocabs = build_sequences(events.head(30), SCHEMA, keep_newest=None)  # fewer items
     encoder, _, _ = load_bundle(tiny_bundle(tmp_path / "b", events))
     with pytest.raises(SeqencError, match="do not match the encoder"):
         save_bundle(tmp_path / "c", encoder, DataSpec(SCHEMA, vocabs, 24))
@@ -337,7 +337,7 @@ def test_id_types_round_trip_and_bundles_without_them_take_the_vocabularies(tmp_
     from seqenc.bundle import config_hash
 
     events = tiny_events(20)
-    _, vocabs = build_sequences(events, SCHEMA, max_len=None)
+    _, vocabs = build_sequences(events, SCHEMA, keep_newest=None)
     schema = SCHEMA.with_id_types({"entity_id": "string"})
     path = tiny_bundle(tmp_path / "b", events)
     encoder, meta, _ = load_bundle(path)

@@ -46,7 +46,7 @@ def events(j: int, item_j: int = 7, shift_j: float = 0.0) -> pd.DataFrame:
 
 
 def outputs(config: EncoderConfig, log: pd.DataFrame, vocabs) -> tuple[torch.Tensor, ...]:
-    store, _ = build_sequences(log, SCHEMA, max_len=None, vocabs=vocabs)
+    store, _ = build_sequences(log, SCHEMA, keep_newest=None, vocabs=vocabs)
     window = collate(full_view(store), np.array([0]), N_EVENTS)
     inputs, _ = Causal().training_pair(window, config.n_items)
     torch.manual_seed(0)
@@ -71,7 +71,7 @@ OPTIONS = [
 def test_position_i_sees_only_events_up_to_i(options, j):
     base = events(j)
     _, vocabs = build_sequences(
-        pd.concat([base, events(j, item_j=8)]), SCHEMA, max_len=None
+        pd.concat([base, events(j, item_j=8)]), SCHEMA, keep_newest=None
     )  # one vocabulary for every variant of the log
     config = EncoderConfig(
         n_items=len(vocabs.item),

@@ -84,7 +84,7 @@ class RowIndex:
 
 
 def test_batches_cover_every_history_once_and_results_land_on_their_rows():
-    store, _ = build_sequences(tiny_events(40), SCHEMA, max_len=None)
+    store, _ = build_sequences(tiny_events(40), SCHEMA, keep_newest=None)
     history_len = 7
     out = embed_store(store, RowIndex(), history_len, dim=2, batch_size=5, max_tokens=20)
     np.testing.assert_array_equal(out[:, 0], np.arange(len(store)))

@@ -437,7 +437,7 @@ def test_csv_tie_breakers_are_numbers_and_files_may_store_them_differently(tmp_p
     )
     table = read_events(tmp_path / "log.csv", schema)
     assert table["seq"].to_pylist() == [10, 9, 11] and table["seq"].type == pa.int64()
-    store, vocabs = build_sequences(tmp_path / "log.csv", schema, max_len=None)
+    store, vocabs = build_sequences(tmp_path / "log.csv", schema, keep_newest=None)
     assert vocabs.item.decode(store.items).tolist() == [900, 100, 200]  # seq 9, 10, 11
 
     base = frame(seq=[1, 2, 3])

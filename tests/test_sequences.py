@@ -87,10 +87,10 @@ def event_logs(draw):
 def test_matches_naive_reference(df, max_len, as_of):
     ref = naive(df, max_len, as_of)
     if not ref["entity"]:  # as_of before every event
-        store, _ = build_sequences(df, SCHEMA, max_len=max_len, as_of=as_of)
+        store, _ = build_sequences(df, SCHEMA, keep_newest=max_len, as_of=as_of)
         assert len(store) == 0 and store.n_events == 0
         return
-    store, vocabs = build_sequences(df, SCHEMA, max_len=max_len, as_of=as_of)
+    store, vocabs = build_sequences(df, SCHEMA, keep_newest=max_len, as_of=as_of)
     assert store.entity_ids.to_pylist() == [
         str(e) if isinstance(e, str) else e for e in ref["entity"]
     ]
@@ -104,7 +104,7 @@ def test_matches_naive_reference(df, max_len, as_of):
     assert store.items.dtype == np.int64 and store.dt_prev.dtype == np.float32
     assert store.has_time and store.n_unknown_items == 0
     # Re-encoding with the fitted vocabularies gives the same store.
-    again, same = build_sequences(df, SCHEMA, max_len=max_len, as_of=as_of, vocabs=vocabs)
+    again, same = build_sequences(df, SCHEMA, keep_newest=max_len, as_of=as_of, vocabs=vocabs)
     assert same is vocabs
     np.testing.assert_array_equal(again.items, store.items)
 
@@ -117,7 +117,7 @@ def test_hand_case_with_string_ids_ties_and_truncation():
             "timestamp": [30, 10, 10, 30, 5, 40],
         }
     )
-    store, vocabs = build_sequences(df, max_len=3)
+    store, vocabs = build_sequences(df, keep_newest=3)
     assert store.entity_ids.to_pylist() == ["u1", "u2"]
     assert store.offsets.tolist() == [0, 2, 5]
     # u1: b@5, a@10. u2: a@10, b@30, c@30 (tie broken by item), d@40 -> keep the last 3.
@@ -147,7 +147,7 @@ def test_as_of_cut_and_reference_time():
 
 def test_without_timestamps_keeps_input_order():
     df = pd.DataFrame({"entity_id": [2, 1, 2, 1], "item_id": [9, 8, 7, 8]})
-    store, vocabs = build_sequences(df, EventSchema(timestamp=None), max_len=None)
+    store, vocabs = build_sequences(df, EventSchema(timestamp=None), keep_newest=None)
     assert vocabs.item.decode(store.items).tolist() == [8, 8, 9, 7]
     assert not store.has_time
     assert store.timestamps.tolist() == store.dt_prev.tolist() == store.dt_ref.tolist() == [0] * 4
@@ -181,8 +181,8 @@ def test_min_count_sends_rare_items_to_unk():
 
 def test_bad_arguments():
     df = pd.DataFrame({"entity_id": [1], "item_id": [1], "timestamp": [0]})
-    with pytest.raises(SeqencError, match="max_len"):
-        build_sequences(df, max_len=0)
+    with pytest.raises(SeqencError, match="keep_newest"):
+        build_sequences(df, keep_newest=0)
     vocabs = Vocabularies(item=Vocabulary.fit([1]))
     with pytest.raises(SeqencError, match=r"no vocabulary for categorical column\(s\) \['kind'\]"):
         build_sequences(df.assign(kind="x"), EventSchema(categorical=("kind",)), vocabs=vocabs)
@@ -208,7 +208,7 @@ def test_stable_order_with_two_radix_passes_matches_lexsort():
 @pytest.mark.shared_data
 def test_real_ml100k_matches_pandas(shared_data):
     df = load_dataset(shared_data / "ml-100k" / "u.data")
-    store, vocabs = build_sequences(df, max_len=50)
+    store, vocabs = build_sequences(df, keep_newest=50)
     order = ["entity_id", "timestamp", "item_id"]  # equal times: by item (the schema default)
     ref = df.sort_values(order).groupby("entity_id").tail(50)
     assert len(store) == 943 and store.n_events == len(ref)
@@ -229,10 +229,10 @@ def test_row_order_never_changes_histories():
             "amount": rng.integers(0, 2, n).astype(float),
         }
     )
-    want, _ = build_sequences(df, SCHEMA, max_len=None)
+    want, _ = build_sequences(df, SCHEMA, keep_newest=None)
     for seed in range(3):
         shuffled = df.sample(frac=1, random_state=seed)
-        got, _ = build_sequences(shuffled, SCHEMA, max_len=None)
+        got, _ = build_sequences(shuffled, SCHEMA, keep_newest=None)
         for name in ("items", "timestamps"):
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
         np.testing.assert_array_equal(got.categorical["kind"], want.categorical["kind"])

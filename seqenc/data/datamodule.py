@@ -111,7 +111,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self._events
         return build_sequences(
-            events, schema, max_len=None, min_count=self.min_count, vocabs=self._restored_vocabs
+            events, schema, keep_newest=None, min_count=self.min_count, vocabs=self._restored_vocabs
         )
 
     @property

@@ -85,7 +85,7 @@ def build_sequences(
     events: Source,
     schema: EventSchema = DEFAULT_SCHEMA,
     *,
-    max_len: int | None = 512,
+    keep_newest: int | None = None,
     as_of: object = None,
     vocabs: Vocabularies | None = None,
     min_count: int = 1,
@@ -95,7 +95,8 @@ def build_sequences(
     Args:
         events: anything :func:`~seqenc.data.events.read_events` accepts.
         schema: the log's columns.
-        max_len: keep only each entity's newest ``max_len`` events (``None``: keep all).
+        keep_newest: keep only each entity's newest ``keep_newest`` events (``None``, the
+            default: keep all; a model is fed its ``history_len`` newest when batched).
         as_of: point-in-time cut (datetime, ISO string, ``pd.Timestamp`` or epoch seconds): events
             later than it are dropped, so a history "as of T" never sees the future; entities
             with no event left are left out. It is also the reference time of ``dt_ref``.
@@ -117,8 +118,10 @@ def build_sequences(
     Returns:
         ``(store, vocabs)``: the histories and the vocabularies used (fitted or given).
     """
-    if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 1):
-        raise SeqencError(f"max_len must be a positive integer or None, got {max_len!r}")
+    if keep_newest is not None and (
+        not isinstance(keep_newest, (int, np.integer)) or keep_newest < 1
+    ):
+        raise SeqencError(f"keep_newest must be a positive integer or None, got {keep_newest!r}")
     table = read_events(events, schema)
     has_time = schema.timestamp is not None
     ref_time = None
@@ -147,8 +150,8 @@ def build_sequences(
     full_ends = np.cumsum(full_lengths)
     full_starts = full_ends - full_lengths
     keep = np.ones(n_events, dtype=bool)
-    if max_len is not None:
-        keep = full_ends[codes] - np.arange(n_events) <= max_len  # rank from the end < max_len
+    if keep_newest is not None:
+        keep = full_ends[codes] - np.arange(n_events) <= keep_newest  # rank from the end
     kept = order[keep]
 
     dt_prev = np.zeros(n_events, dtype=np.float64)
@@ -160,7 +163,7 @@ def build_sequences(
 
     items = vocabs.item.encode(table[schema.item])[0][kept]
     categorical = {c: vocabs.categorical[c].encode(table[c])[0][kept] for c in schema.categorical}
-    lengths = full_lengths if max_len is None else np.minimum(full_lengths, max_len)
+    lengths = full_lengths if keep_newest is None else np.minimum(full_lengths, keep_newest)
     store = SequenceStore(
         entity_ids=entity_ids,
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),

@@ -84,19 +84,19 @@ def sequences(
     vocabs: Vocabularies,
     as_of: object = None,
     on_empty: str = "raise",
-    max_len: int | None = None,
+    keep_newest: int | None = None,
 ) -> tuple[SequenceStore, Counts]:
     """``(store, counts)``: the log's histories encoded with the bundle's vocabularies.
 
     An entity has no usable events when all of them are later than ``as_of``; ``on_empty="raise"``
     then raises (naming one such entity), ``"skip"`` leaves it out and counts it in ``n_skipped``.
-    ``max_len`` truncates the stored histories (``None`` keeps them whole).
+    ``keep_newest`` truncates the stored histories (``None`` keeps them whole).
     """
     check_choice("on_empty", on_empty, ON_EMPTY)
     schema = meta.schema
     table = read_events(events, schema)
     store, _ = build_sequences(
-        Events(table, schema), schema, max_len=max_len, as_of=as_of, vocabs=vocabs
+        Events(table, schema), schema, keep_newest=keep_newest, as_of=as_of, vocabs=vocabs
     )
     entities = pc.unique(table[schema.entity])
     n_skipped = len(entities) - len(store)

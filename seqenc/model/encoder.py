@@ -42,7 +42,8 @@ class EncoderConfig:
             regulariser for short, sparse histories).
         n_positions: position capacity: the position tables' rows, so a batch is at most this
             wide. A model fed ``history_len`` events holds ``history_len + 1`` (the appended
-            [MASK], or the training window's extra event).
+            [MASK], or the training window's extra event); the default fits the DataModule's
+            default ``history_len`` of 200.
         positional: ``"learned"`` position embeddings, ``"rope"`` rotary q/k, or ``"none"``.
         time: the switch for every time input: learned embeddings of the log-bucketed gap from the
             previous event (``dt_prev``) and the options below.
@@ -69,7 +70,7 @@ class EncoderConfig:
     ffn_mult: int = 4
     dropout: float = 0.2
     attention_dropout: float = 0.0
-    n_positions: int = 513
+    n_positions: int = 201
     positional: str = "learned"
     time: bool = True
     query_time: bool = True
