@@ -284,14 +284,19 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
 # ---- Berka (../shared/data, skipped when absent) -----------------------------------------------
 
 
+def run_prep(script: str, data: Path, out: Path) -> None:
+    """``python datasets/<script> --data <data> --out <out>``; skips when ``data`` is absent."""
+    if not data.is_dir():
+        pytest.skip(f"{data} not found")
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "datasets" / script), "--data", str(data), "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
 @pytest.mark.shared_data
 def test_prep_berka_counts_and_loan_cutoffs(shared_data, tmp_path):
     berka = shared_data / "berka"
-    if not berka.is_dir():
-        pytest.skip(f"{berka} not found")
-    root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, str(root / "datasets/prep_berka.py"), "--data", str(berka)]
-    subprocess.run([*cmd, "--out", str(tmp_path)], check=True, capture_output=True)
+    run_prep("prep_berka.py", berka, tmp_path)
     events = pd.read_parquet(tmp_path / "berka_events.parquet")
     labels = pd.read_parquet(tmp_path / "berka_labels.parquet")
     assert (len(events), events["account_id"].nunique()) == (49102, 1229)  # SOURCE.md
@@ -319,12 +324,7 @@ def test_prep_berka_counts_and_loan_cutoffs(shared_data, tmp_path):
 
 @pytest.mark.shared_data
 def test_prep_tafeng_counts_and_forward_labels(shared_data, tmp_path):
-    tafeng = shared_data / "ta-feng"
-    if not tafeng.is_dir():
-        pytest.skip(f"{tafeng} not found")
-    root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, str(root / "datasets/prep_tafeng.py"), "--data", str(tafeng)]
-    subprocess.run([*cmd, "--out", str(tmp_path)], check=True, capture_output=True)
+    run_prep("prep_tafeng.py", shared_data / "ta-feng", tmp_path)
     events = pd.read_parquet(tmp_path / "tafeng_events.parquet")
     train = pd.read_parquet(tmp_path / "tafeng_train.parquet")
     labels = pd.read_parquet(tmp_path / "tafeng_labels.parquet")
