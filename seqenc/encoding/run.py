@@ -21,7 +21,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity, as a loaded model is
 class LoadedBundle:
     """A bundle's model (eval mode, on ``device``), meta and vocabularies, and the backend that
     runs its forward pass (default: the torch model on ``device``)."""
