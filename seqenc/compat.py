@@ -236,3 +236,13 @@ def tag_space(result: Any, metadata: dict[str, str]) -> Any:
     if isinstance(result, pd.DataFrame):
         result.attrs.update({k.removeprefix("seqenc."): v for k, v in metadata.items()})
     return result
+
+
+def space_map(
+    bundle: str | Path, meta: BundleMeta, space: str, parent: str | BundleMeta | None = None
+) -> tuple[LinearMap | None, dict[str, str]]:
+    """For an export of bundle ``bundle``: the map to apply (``None`` in the native space) and the
+    metadata naming the space written, refused before any work as :func:`to_space` refuses."""
+    lineage = load_lineage(bundle, meta) if space == "parent" else None
+    _, metadata = to_space(np.zeros((0, meta.dim), np.float32), meta, lineage, space, parent)
+    return (lineage[1] if lineage else None), metadata

@@ -181,3 +181,25 @@ def test_fit_compatible_with_aligns_the_new_bundle(tmp_path, log, monkeypatch, c
         main([*args, "--compatible_with", str(tmp_path / "missing")])
     captured = capsys.readouterr()
     assert "model bundle not found" in captured.err and "Epoch" not in captured.out
+
+
+def test_export_writes_the_parent_space_and_names_it(tmp_path, log):
+    import pyarrow.parquet as pq
+
+    from seqenc.export import export_embeddings
+
+    old = tiny_bundle(tmp_path / "v1", log)
+    new = reweighted(old, tmp_path / "v2", 1)
+    align(new, old, log)
+    out = export_embeddings(new, tmp_path / "events.parquet", tmp_path / "e.parquet",
+                            space="parent", progress=False, accelerator="cpu")  # fmt: skip
+    table = pq.read_table(out).sort_by("entity_id")  # the export writes in batch order
+    expected = load_encoder(new, "cpu").encode(log, space="parent")
+    got = np.stack(table["embedding"].to_numpy(False))
+    np.testing.assert_allclose(got, np.stack(expected["embedding"]), atol=1e-5)
+    metadata = table.schema.metadata
+    assert metadata[b"seqenc.space"] == b"parent"
+    assert metadata[b"seqenc.space_id"].decode() == space_id(load_encoder(old, "cpu").meta)
+    with pytest.raises(SeqencError, match="no parent space"):
+        export_embeddings(old, tmp_path / "events.parquet", tmp_path / "f.parquet", space="parent")
+    assert not (tmp_path / "f.parquet").exists()

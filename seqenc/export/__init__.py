@@ -26,7 +26,8 @@ by a file nor the reverse. Columns: ``entity_id`` (the log's id type), ``embeddi
 ``fixed_size_list<float32>[d]``, ``n_events`` int32 (events fed to the model),
 ``last_event_time`` ``timestamp[us, UTC]`` (null without times); rows in no particular order. File
 metadata: ``seqenc.model``, ``seqenc.version``, ``seqenc.config_hash``, ``seqenc.weights_sha256``,
-``seqenc.dim``, ``seqenc.as_of``.
+``seqenc.dim``, ``seqenc.as_of``, ``seqenc.space`` (``native`` or ``parent``) and ``seqenc.space_id``
+(:func:`seqenc.compat.space_id` of the space written).
 
 Atomicity: everything is written under the scratch directory ``.<output name>.seqenc-tmp/`` beside
 the output (:mod:`~seqenc.export.scratch`: locked by one run at a time; a second export to the same
@@ -51,7 +52,8 @@ import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
 from seqenc.backends import check_backend, runtime_backend
-from seqenc.bundle import load_bundle
+from seqenc.bundle import BundleMeta, load_bundle
+from seqenc.compat import space_map
 from seqenc.data.events import epoch_seconds
 from seqenc.data.paths import expand_paths, would_read
 from seqenc.encoding.options import ON_EMPTY, check_choice, positive_int
@@ -107,6 +109,8 @@ def export_embeddings(
     progress: bool = True,
     backend: str = "torch",
     onnx: str | Path | None = None,
+    space: str = "native",
+    parent: str | BundleMeta | None = None,
 ) -> Path:
     """Embed every entity of the event file(s) ``events`` with the bundle ``model`` into Parquet.
 
@@ -127,6 +131,9 @@ def export_embeddings(
         progress: show progress bars.
         backend, onnx: ``"torch"`` or ``"onnxruntime"`` (on the CPU, with the graph ``onnx``,
             default ``<model>/model.onnx``, written by ``seqenc onnx``).
+        space, parent: ``"parent"`` writes the embeddings through the bundle's map into its parent's
+            space (:meth:`Encoder.encode <seqenc.inference.Encoder.encode>`, :mod:`seqenc.compat`);
+            the metadata names the space written.
 
     Returns:
         ``output`` (as a path). Layout, columns and metadata: see :mod:`seqenc.export`.
@@ -135,6 +142,7 @@ def export_embeddings(
     files = expand_paths(events)
     _refuse_overwriting_inputs(events, files, Path(output))
     encoder, meta, vocabs = load_bundle(model)
+    to_parent, space_metadata = space_map(model, meta, space, parent)
     runtime = runtime_backend(backend, model, meta, onnx)
     trainer = _trainer(accelerator, devices, strategy, runtime is not None)
     output = _target(output, trainer.world_size)
@@ -142,11 +150,11 @@ def export_embeddings(
     datamodule = ExportDataModule(
         files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
     )
-    metadata = file_metadata(meta, as_of)
+    metadata = file_metadata(meta, as_of) | space_metadata
     trainer.callbacks.append(
         ParquetPredictionWriter(output, scratch, metadata, row_group_size, progress)
     )
-    _predict(trainer, EmbeddingModule(encoder, runtime), datamodule, scratch)
+    _predict(trainer, EmbeddingModule(encoder, runtime, to_parent), datamodule, scratch)
     if trainer.is_global_zero and datamodule.dataset is not None:
         _report(datamodule.dataset, as_of, output)
     return output

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from seqenc.backends import Backend, embed_batch
 from seqenc.bundle import BundleMeta
+from seqenc.compat import LinearMap
 from seqenc.data.batches import Batch
 from seqenc.data.duplicates import duplicated_newest
 from seqenc.data.events import epoch_seconds
@@ -157,13 +158,23 @@ class ExportDataModule(pl.LightningDataModule):
 
 class EmbeddingModule(pl.LightningModule):
     """The bundle's encoder as a LightningModule whose ``predict_step`` gives ``[B, d]`` float32;
-    with a ``backend`` (ONNX Runtime) that runs the forward pass instead."""
+    with a ``backend`` (ONNX Runtime) that runs the forward pass instead, and through ``to_parent``
+    (:mod:`seqenc.compat`) when the export writes the parent's space."""
 
-    def __init__(self, encoder: SequenceEncoder, backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        encoder: SequenceEncoder,
+        backend: Backend | None = None,
+        to_parent: LinearMap | None = None,
+    ) -> None:
         super().__init__()
-        self.encoder, self.backend = encoder, backend
+        self.encoder, self.backend, self.to_parent = encoder, backend, to_parent
 
     def predict_step(self, batch: tuple[Batch, pa.Table], batch_idx: int) -> torch.Tensor:
         if self.backend is not None:
-            return torch.from_numpy(self.backend.embed(batch[0]))
-        return embed_batch(self.encoder, batch[0])
+            out = torch.from_numpy(self.backend.embed(batch[0]))
+        else:
+            out = embed_batch(self.encoder, batch[0])
+        if self.to_parent is None:
+            return out
+        return torch.from_numpy(self.to_parent.apply(out.float().cpu().numpy()))
