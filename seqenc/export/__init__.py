@@ -118,9 +118,8 @@ def export_embeddings(
         model: a bundle directory.
         events: Parquet/CSV file(s), a glob or a directory of Parquet files.
         output: the Parquet file (one process) or shard directory (several) to write.
-        as_of: use only events at or before this time, which is also the query time (as in
-            :meth:`Encoder.encode <seqenc.inference.Encoder.encode>`); the forms of
-            :func:`~seqenc.data.events.epoch_seconds`.
+        as_of: only events at or before this time are used; also the query time (as in
+            ``Encoder.encode``). The forms of :func:`~seqenc.data.events.epoch_seconds`.
         batch_size: histories per forward pass.
         chunk_events: events per temporary partition: bounds memory (about 1 KB per event).
         on_empty: for entities with no event at or before ``as_of``: ``"skip"`` (count and warn;
@@ -139,25 +138,29 @@ def export_embeddings(
         ``output`` (as a path). Layout, columns and metadata: see :mod:`seqenc.export`.
     """
     _check_options(chunk_events, batch_size, row_group_size, on_empty, as_of, backend)
-    files = expand_paths(events)
-    _refuse_overwriting_inputs(events, files, Path(output))
+    files = _inputs(events, Path(output))
     encoder, meta, vocabs = load_bundle(model)
     to_parent, space_metadata = space_map(model, meta, space, parent)
     runtime = runtime_backend(backend, model, meta, onnx)
     trainer = _trainer(accelerator, devices, strategy, runtime is not None)
-    output = _target(output, trainer.world_size)
-    scratch = Scratch(output)
+    output, scratch = _target(output, trainer.world_size)
     datamodule = ExportDataModule(
         files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
     )
     metadata = file_metadata(meta, as_of) | space_metadata
-    trainer.callbacks.append(
-        ParquetPredictionWriter(output, scratch, metadata, row_group_size, progress)
-    )
+    writer = ParquetPredictionWriter(output, scratch, metadata, row_group_size, progress)
+    trainer.callbacks.append(writer)
     _predict(trainer, EmbeddingModule(encoder, runtime, to_parent), datamodule, scratch)
-    if trainer.is_global_zero and datamodule.dataset is not None:
+    if trainer.is_global_zero:
         _report(datamodule.dataset, as_of, output)
     return output
+
+
+def _inputs(events: str | Path | list[str | Path], output: Path) -> list[Path]:
+    """The input files, refused when ``output`` would overwrite or shadow one of them."""
+    files = expand_paths(events)
+    _refuse_overwriting_inputs(events, files, output)
+    return files
 
 
 def _predict(
@@ -172,11 +175,14 @@ def _predict(
         scratch.release()
 
 
-def _target(output: str | Path, world_size: int) -> Path:
-    """One process writes the file ``output``; several write shards into the directory."""
+def _target(output: str | Path, world_size: int) -> tuple[Path, Scratch]:
+    """The output and its scratch: one process writes the file ``output``; several write shards
+    into the directory."""
     if world_size == 1:
-        return file_target(output)
-    return directory_target(output, _only_shards, "a directory of part-*.parquet shards")
+        output = file_target(output)
+    else:
+        output = directory_target(output, _only_shards, "a directory of part-*.parquet shards")
+    return output, Scratch(output)
 
 
 def _check_options(
@@ -223,9 +229,11 @@ def _trainer(
     )
 
 
-def _report(stats: PartitionBatches, as_of: object, output: Path) -> None:
+def _report(stats: PartitionBatches | None, as_of: object, output: Path) -> None:
     """Warn about what the whole input held: unknown values, skipped entities, duplicated newest
-    events, an empty output."""
+    events, an empty output (``None``: nothing was read)."""
+    if stats is None:
+        return
     stats.counts.report()
     if stats.n_duplicated_newest:
         log.warning(
