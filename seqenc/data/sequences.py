@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -118,18 +119,64 @@ def build_sequences(
     Returns:
         ``(store, vocabs)``: the histories and the vocabularies used (fitted or given).
     """
+    table, ref_time = _cut(events, schema, as_of, keep_newest)
+    vocabs = _vocabularies(table, schema, vocabs, min_count)
+    codes, entity_ids = _entity_codes(table[schema.entity])
+    n_events, n_entities = len(codes), len(entity_ids)
+    order, times = _ordered(table, schema, codes, n_entities)
+    codes = codes[order]
+    full_lengths = np.bincount(codes, minlength=n_entities)
+    full_ends = np.cumsum(full_lengths)
+    limit = n_events if keep_newest is None else keep_newest
+    keep = full_ends[codes] - np.arange(n_events) <= limit  # rank from the end
+    dt_prev, dt_ref = _gaps(times, codes, full_ends - full_lengths, full_ends, ref_time)
+    lengths = np.minimum(full_lengths, limit)
+    store = SequenceStore(
+        entity_ids=entity_ids,
+        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        timestamps=times[keep],
+        dt_prev=dt_prev[keep].astype(np.float32),
+        dt_ref=dt_ref[keep].astype(np.float32),
+        has_time=schema.timestamp is not None,
+        **_encoded_values(table, schema, vocabs, order[keep]),
+    )
+    return store, vocabs
+
+
+def _ordered(
+    table: pa.Table, schema: EventSchema, codes: np.ndarray, n_entities: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, times)``: the permutation sorting the events by entity, time and tie order, and
+    their times in that order (all 0 without a timestamp column)."""
+    if schema.timestamp is None:
+        return _stable_order(codes, None, n_entities), np.zeros(len(codes))
+    times = table[schema.timestamp].to_numpy()
+    order = _stable_order(codes, times, n_entities, lambda: _tie_order(table, schema))
+    return order, times[order]
+
+
+def _cut(
+    events: Source, schema: EventSchema, as_of: object, keep_newest: int | None
+) -> tuple[pa.Table, float | None]:
+    """``(table, as_of seconds)``: the log's events at or before ``as_of`` (``keep_newest`` checked
+    first, one line)."""
     if keep_newest is not None and (
         not isinstance(keep_newest, (int, np.integer)) or keep_newest < 1
     ):
         raise SeqencError(f"keep_newest must be a positive integer or None, got {keep_newest!r}")
     table = read_events(events, schema)
-    has_time = schema.timestamp is not None
-    ref_time = None
-    if as_of is not None:
-        if not has_time:
-            raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
-        ref_time = epoch_seconds(as_of)
-        table = table.filter(pc.less_equal(table[schema.timestamp], ref_time))
+    if as_of is None:
+        return table, None
+    if schema.timestamp is None:
+        raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
+    ref_time = epoch_seconds(as_of)
+    return table.filter(pc.less_equal(table[schema.timestamp], ref_time)), ref_time
+
+
+def _vocabularies(
+    table: pa.Table, schema: EventSchema, vocabs: Vocabularies | None, min_count: int
+) -> Vocabularies:
+    """``vocabs``, or new ones fitted on ``table``; refused when a categorical column has none."""
     if vocabs is None:
         vocabs = Vocabularies.fit(table, schema, min_count)
     missing = [c for c in schema.categorical if c not in vocabs.categorical]
@@ -138,49 +185,44 @@ def build_sequences(
             f"no vocabulary for categorical column(s) {missing}; "
             f"the vocabularies cover {sorted(vocabs.categorical)}"
         )
+    return vocabs
 
-    codes, entity_ids = _entity_codes(table[schema.entity])
-    n_events, n_entities = len(codes), len(entity_ids)
-    times = table[schema.timestamp].to_numpy() if has_time else np.zeros(n_events)
-    ties = (lambda: _tie_order(table, schema)) if has_time else None
-    order = _stable_order(codes, times if has_time else None, n_entities, ties)
-    codes, times = codes[order], times[order]
 
-    full_lengths = np.bincount(codes, minlength=n_entities)
-    full_ends = np.cumsum(full_lengths)
-    full_starts = full_ends - full_lengths
-    keep = np.ones(n_events, dtype=bool)
-    if keep_newest is not None:
-        keep = full_ends[codes] - np.arange(n_events) <= keep_newest  # rank from the end
-    kept = order[keep]
-
-    dt_prev = np.zeros(n_events, dtype=np.float64)
+def _gaps(
+    times: np.ndarray,
+    codes: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    ref_time: float | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(dt_prev, dt_ref)`` float64 of the sorted events: the gap to the entity's previous event
+    (0 for its first) and from the event to the reference time (``as_of``, else the entity's
+    newest event)."""
+    dt_prev = np.zeros(len(times), dtype=np.float64)
     dt_prev[1:] = np.diff(times)
-    dt_prev[full_starts] = 0.0
+    dt_prev[starts] = 0.0
     if ref_time is None:
-        ref_time = times[full_ends - 1][codes] if n_events else times
-    dt_ref = ref_time - times
+        ref_time = times[ends - 1][codes] if len(times) else times
+    return dt_prev, ref_time - times
 
+
+def _encoded_values(
+    table: pa.Table, schema: EventSchema, vocabs: Vocabularies, kept: np.ndarray
+) -> dict[str, Any]:
+    """The store's items, categorical and numeric fields from the input rows ``kept`` (in store
+    order), and the counts of the values the vocabularies do not know."""
     items = vocabs.item.encode(table[schema.item])[0][kept]
     categorical = {c: vocabs.categorical[c].encode(table[c])[0][kept] for c in schema.categorical}
-    lengths = full_lengths if keep_newest is None else np.minimum(full_lengths, keep_newest)
-    store = SequenceStore(
-        entity_ids=entity_ids,
-        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        items=items,
-        timestamps=times[keep],
-        dt_prev=dt_prev[keep].astype(np.float32),
-        dt_ref=dt_ref[keep].astype(np.float32),
-        categorical=categorical,
-        numeric={c: table[c].to_numpy()[kept] for c in schema.numeric},
-        has_time=has_time,
-        n_unknown_items=int(np.count_nonzero(items == UNK)),
-        n_unknown_categorical={
+    return {
+        "items": items,
+        "categorical": categorical,
+        "numeric": {c: table[c].to_numpy()[kept] for c in schema.numeric},
+        "n_unknown_items": int(np.count_nonzero(items == UNK)),
+        "n_unknown_categorical": {
             c: int(np.count_nonzero((ids == UNK) & _valid(table[c])[kept]))
             for c, ids in categorical.items()
         },
-    )
-    return store, vocabs
+    }
 
 
 def repeat_share(store: SequenceStore) -> float:
