@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seqenc.atomic import atomic_file
-from seqenc.compat import KINDS, Lineage
+from seqenc.compat import DEFAULT_KIND, KINDS, Lineage
 from seqenc.drift import align, drift
 from seqenc.inference import load_encoder
 
@@ -25,14 +25,14 @@ def _describe(lineage: Lineage, bundle: str | Path) -> str:
 
 
 def add_align_arguments(parser: argparse.ArgumentParser) -> None:
-    """``seqenc align NEW OLD --events PATH [--kind orthogonal|ridge] [--as-of T]``: fit the map
+    """``seqenc align NEW OLD --events PATH [--kind ridge|orthogonal] [--as-of T]``: fit the map
     from bundle NEW's embedding space to bundle OLD's on the entities of the events both encode,
     and store it with the lineage in NEW (then encode(..., space='parent') gives embeddings OLD's
     downstream models can use)."""
     parser.add_argument("new", help="the retrained bundle (the map is written into it)")
     parser.add_argument("old", help="the bundle whose space downstream models were trained on")
     parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s) or glob")
-    parser.add_argument("--kind", choices=KINDS, default="orthogonal")
+    parser.add_argument("--kind", choices=KINDS, default=DEFAULT_KIND)
     parser.add_argument("--as-of", default=None, help="use only events at or before this time")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from seqenc.compat import Lineage, fit_with_stats, save_lineage, space_id
+from seqenc.compat import DEFAULT_KIND, Lineage, fit_with_stats, save_lineage, space_id
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, load_encoder
 
@@ -89,7 +89,7 @@ def align(
     new: str | Path,
     old: str | Path,
     events: Any,
-    kind: str = "orthogonal",
+    kind: str = DEFAULT_KIND,
     as_of: object = None,
 ) -> Lineage:
     """Fit the map from bundle ``new``'s space to bundle ``old``'s on the entities of ``events``

@@ -15,7 +15,14 @@ from tiny import tiny_bundle, tiny_events
 
 from seqenc.bundle import file_sha256
 from seqenc.cli import main
-from seqenc.compat import LINEAGE_FILE, MAP_FILE, fit_map, fit_with_stats, space_id
+from seqenc.compat import (
+    LINEAGE_FILE,
+    MAP_FILE,
+    RIDGE_ALPHA,
+    fit_map,
+    fit_with_stats,
+    space_id,
+)
 from seqenc.drift import align, drift, neighbour_overlap
 from seqenc.errors import SeqencError
 from seqenc.inference import load_encoder
@@ -72,7 +79,12 @@ def log(tmp_path):
 
 def test_a_model_compatible_with_itself_gets_the_identity(tmp_path, log):
     bundle = tiny_bundle(tmp_path / "v1", log)
-    lineage = align(bundle, bundle, log)
+    align(bundle, bundle, log, kind="ridge")  # the identity, shrunk by its ridge term only
+    x = np.stack(load_encoder(bundle, "cpu").encode(log)["embedding"]).astype(np.float64)
+    gram = (x - x.mean(0)).T @ (x - x.mean(0))
+    shrunk = np.linalg.solve(gram + RIDGE_ALPHA * np.trace(gram) / 16 * np.eye(16), gram)
+    np.testing.assert_allclose(load_encoder(bundle, "cpu").lineage[1].weight, shrunk, atol=1e-4)
+    lineage = align(bundle, bundle, log, kind="orthogonal")
     enc = load_encoder(bundle, "cpu")
     _, fitted = enc.lineage
     np.testing.assert_allclose(fitted.weight, np.eye(16), atol=1e-5)
