@@ -35,6 +35,7 @@ import torch
 from bench_encode import cpu_name
 
 from seqenc import spark as seqenc_spark
+from seqenc.atomic import write_text
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.data.synthetic import generate_events
@@ -160,8 +161,7 @@ def main() -> None:
     text = "\n".join(lines + [""])
     print(text)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
-    print(f"written to {RESULTS}")
+    print(f"written to {write_text(RESULTS, text)}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from seqenc.atomic import write_text
 from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
@@ -237,8 +238,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
-    print(f"written to {RESULTS}")
+    print(f"written to {write_text(RESULTS, text)}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from seqenc.atomic import write_text
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.inference import Encoder, load_encoder
@@ -165,8 +166,7 @@ def main() -> None:
         ]
     text = "\n".join(lines) + "\n"
     print(text)
-    RESULTS.write_text(text)
-    print(f"written to {RESULTS}")
+    print(f"written to {write_text(RESULTS, text)}")
 
 
 if __name__ == "__main__":

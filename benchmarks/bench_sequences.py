@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from seqenc.atomic import write_text
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore, build_sequences
@@ -122,7 +123,9 @@ def main() -> None:
         schema = EventSchema(timestamp="timestamp" if has_time else None)
         store, vocabs = build_sequences(df, schema, keep_newest=MAX_LEN)
         check_same(store, vocabs.item.values, pandas_reference(df, has_time))
-        ours = median_seconds(partial(build_sequences, df, schema, keep_newest=MAX_LEN), args.repeats)
+        ours = median_seconds(
+            partial(build_sequences, df, schema, keep_newest=MAX_LEN), args.repeats
+        )
         theirs = median_seconds(partial(pandas_reference, df, has_time), args.repeats)
         rows.append(
             f"| {name} | {len(df):,} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.1f}x "
@@ -149,7 +152,7 @@ def main() -> None:
     )
     out = ROOT / "benchmarks" / "results" / "sequences.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
+    write_text(out, report)
     print("\n" + report)
 
 

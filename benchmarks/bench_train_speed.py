@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import seqenc.model.attention as attention_module
+from seqenc.atomic import write_text
 from seqenc.data.batches import Batch
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.vocab import N_SPECIAL
@@ -325,7 +326,7 @@ def main() -> int:
         ]
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
+    write_text(args.out, report)
     print(report)
     return 0
 

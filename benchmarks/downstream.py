@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc import EventSchema, load_encoder
-from seqenc.atomic import atomic_file
+from seqenc.atomic import write_text
 from seqenc.evaluate import aggregate_features, embed_at, probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,8 +190,7 @@ class ScoreCache:
         if key not in self.memory:
             self.memory[key] = compute()
             if self.path is not None:
-                with atomic_file(self.path) as tmp:
-                    Path(tmp).write_text(json.dumps(self.memory))
+                write_text(self.path, json.dumps(self.memory))
         return self.memory[key]
 
 
@@ -424,12 +423,8 @@ def write(header: str, raw: dict, dataset: Dataset, name: str, output: str | Non
     text += "\n" + next_event_markdown(raw["next_event"], raw["dataset"])
     print(text)
     path = Path(output or ROOT / f"benchmarks/results/{name}.md")
-    for target, content in (
-        (path, text),
-        (path.with_suffix(".json"), json.dumps(raw | {"rows": rows}, indent=1, default=float)),
-    ):
-        with atomic_file(target) as tmp:
-            Path(tmp).write_text(content)
+    write_text(path, text)
+    write_text(path.with_suffix(".json"), json.dumps(raw | {"rows": rows}, indent=1, default=float))
 
 
 def merge(paths: list[Path], dataset: Dataset, name: str, output: str | None) -> None:

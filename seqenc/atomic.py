@@ -125,6 +125,14 @@ def atomic_file(target: str | Path) -> Iterator[Path]:
         remove(tmp)
 
 
+def write_text(target: str | Path, text: str) -> Path:
+    """``text`` into ``target`` through :func:`atomic_file`: a reader sees the old file or the new
+    one, never a part. Returns the path."""
+    with atomic_file(target) as tmp:
+        tmp.write_text(text)
+    return Path(target)
+
+
 @contextmanager
 def atomic_directory(
     target: str | Path,
