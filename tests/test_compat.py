@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -169,6 +170,11 @@ def test_align_and_drift_commands(tmp_path, log, capsys):
     assert "mapped to old" in out and out.strip().splitlines()[-1].startswith("verdict: ")
     report = json.loads((tmp_path / "d.json").read_text())
     assert report["mapped"] and len(report["dimensions"]) == 16
+    out = str(tmp_path / "e.parquet")
+    main(["embed", "--model", str(new), "--events", events, "--output", out, "--space", "parent",
+          "--no-progress", "--accelerator", "cpu"])  # fmt: skip
+    metadata = pq.read_schema(out).metadata
+    assert metadata[b"seqenc.space"] == b"parent" and metadata[b"seqenc.dim"] == b"16"
 
 
 def test_commands_fail_in_one_line(tmp_path, log, capsys):
@@ -196,8 +202,6 @@ def test_fit_compatible_with_aligns_the_new_bundle(tmp_path, log, monkeypatch, c
 
 
 def test_export_writes_the_parent_space_and_names_it(tmp_path, log):
-    import pyarrow.parquet as pq
-
     from seqenc.export import export_embeddings
 
     old = tiny_bundle(tmp_path / "v1", log)

@@ -7,6 +7,7 @@ import argparse
 import logging
 
 from seqenc.backends import BACKENDS, ONNX_FILE
+from seqenc.compat import SPACES
 from seqenc.encoding import ON_EMPTY
 from seqenc.errors import SeqencError
 
@@ -42,6 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"ONNX graph for --backend onnxruntime (default <model>/{ONNX_FILE})",
     )
+    parser.add_argument(  # seqenc.compat
+        "--space",
+        choices=SPACES,
+        default="native",
+        help="parent: through the bundle's map into the space of the bundle it was aligned to",
+    )
+    parser.add_argument(
+        "--parent",
+        default=None,
+        help="with --space parent: refuse unless the map leads to this space id",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -70,6 +82,8 @@ def run(args: argparse.Namespace) -> None:
         progress=not args.no_progress,
         backend=args.backend,
         onnx=args.onnx,
+        space=args.space,
+        parent=args.parent,
     )
     if rank_zero_only.rank == 0:
         print(f"embeddings: {path}")
