@@ -46,7 +46,7 @@ from seqenc.evaluate import aggregate_features, embed_at, probe
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"
 NEXT_EVENT_ROWS = ("model", "baseline/popularity", "baseline/repeat")
-NEXT_EVENT_COLUMNS = ("hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
+NEXT_EVENT_COLUMNS = ("hr@1", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
 
 
 @dataclass

@@ -21,7 +21,8 @@ def target_ranks(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 class RankingMetrics(Metric):
-    """Accumulates HR@K, NDCG@K (one relevant item, so IDCG = 1) and MRR; sums reduce under DDP."""
+    """Accumulates HR@K, NDCG@K (one relevant item, so IDCG = 1) and MRR; sums reduce under DDP.
+    HR@1 (the first slot, what a next-activity user acts on) is always reported, whatever ``ks``."""
 
     full_state_update = False
     higher_is_better = True
@@ -29,11 +30,9 @@ class RankingMetrics(Metric):
     def __init__(self, ks: Sequence[int] = (10, 20)) -> None:
         super().__init__()
         self.ks = tuple(ks)
-        for k in self.ks:
-            self.add_state(f"hr_{k}", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-            self.add_state(
-                f"ndcg_{k}", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum"
-            )
+        self.hit_ks = tuple(sorted({1, *self.ks}))
+        for name in [f"hr_{k}" for k in self.hit_ks] + [f"ndcg_{k}" for k in self.ks]:
+            self.add_state(name, torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("mrr", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("repeats", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
@@ -50,10 +49,10 @@ class RankingMetrics(Metric):
         rank = target_ranks(scores, target).double()
         filtered = scores.gather(1, target[:, None]).squeeze(1) == -torch.inf
         rank = rank.masked_fill(filtered, torch.inf)
+        for k in self.hit_ks:
+            setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + (rank < k).sum())
         for k in self.ks:
-            hit = rank < k
-            setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + hit.sum())
-            gain = torch.where(hit, 1.0 / torch.log2(rank + 2.0), torch.zeros_like(rank))
+            gain = torch.where(rank < k, 1.0 / torch.log2(rank + 2.0), torch.zeros_like(rank))
             setattr(self, f"ndcg_{k}", getattr(self, f"ndcg_{k}") + gain.sum())
         self.mrr += (1.0 / (rank + 1.0)).sum()
         self.count += target.numel()
@@ -62,7 +61,7 @@ class RankingMetrics(Metric):
 
     def compute(self) -> dict[str, torch.Tensor]:
         n = self.count.clamp(min=1).double()
-        out = {}
+        out = {"hr@1": self.hr_1 / n}
         for k in self.ks:
             out[f"hr@{k}"] = getattr(self, f"hr_{k}") / n
             out[f"ndcg@{k}"] = getattr(self, f"ndcg_{k}") / n

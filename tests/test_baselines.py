@@ -34,7 +34,8 @@ def naive_metrics(method, train, view, ks, filter_seen):
     for s, e in zip(train.starts, train.ends, strict=True):
         counts.update(store.items[s:e].tolist())
     popular = sorted(range(N_SPECIAL, n_items), key=lambda i: (-counts[i], i))
-    sums = {f"hr@{k}": 0.0 for k in ks} | {f"ndcg@{k}": 0.0 for k in ks} | {"mrr": 0.0}
+    hit_ks = sorted({1, *ks})  # HR@1 is always reported
+    sums = {f"hr@{k}": 0.0 for k in hit_ks} | {f"ndcg@{k}": 0.0 for k in ks} | {"mrr": 0.0}
     for s, e, t in zip(view.starts, view.ends, view.targets, strict=True):
         history, target = store.items[s:e].tolist(), int(store.items[t])
         ranking = popular
@@ -47,8 +48,9 @@ def naive_metrics(method, train, view, ks, filter_seen):
         if target not in ranking:
             continue  # a miss at every cut-off
         rank = ranking.index(target)
-        for k in ks:
+        for k in hit_ks:
             sums[f"hr@{k}"] += rank < k
+        for k in ks:
             sums[f"ndcg@{k}"] += 1 / math.log2(rank + 2) if rank < k else 0.0
         sums["mrr"] += 1 / (rank + 1)
     return {name: value / len(view) for name, value in sums.items()}

@@ -209,7 +209,10 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
     assert {"model", "baseline/popularity", "baseline/repeat"} <= set(rows)
-    assert len(rows["baseline/repeat"]) == len(rows["model"]) == 5  # hr/ndcg @10, @20, mrr
+    assert len(rows["baseline/repeat"]) == len(rows["model"]) == 6  # hr@1, hr/ndcg @10 @20, mrr
+    lines = out.splitlines()
+    header = lines[max(i for i, x in enumerate(lines) if x.startswith("model ")) - 1]
+    assert header.split()[0] == "hr@1"  # the first slot leads the table
     assert "repeat an item of their history" in out
     metrics = pd.read_csv(next(tmp_path.rglob("metrics.csv")))
     assert "baseline/repeat/ndcg@10" in metrics.columns

@@ -45,3 +45,12 @@ def test_metrics_match_naive_sort():
         ndcg += 1 / math.log2(rank + 2) if rank < 10 else 0.0
     assert metric.compute()["hr@10"].item() == pytest.approx(hits / 50)
     assert metric.compute()["ndcg@10"].item() == pytest.approx(ndcg / 50)
+
+
+def test_hr_at_1_is_always_reported():
+    """The first slot is reported whatever the cut-offs: the share of targets ranked first."""
+    metric = RankingMetrics(ks=(10,))
+    metric.update(torch.tensor([[0.1, 0.9, 0.5, 0.3], [4.0, 3.0, 2.0, 1.0]]), torch.tensor([2, 0]))
+    out = metric.compute()
+    assert list(out)[:3] == ["hr@1", "hr@10", "ndcg@10"]
+    assert out["hr@1"].item() == pytest.approx(1 / 2)  # ranks 1 and 0
