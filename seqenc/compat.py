@@ -209,22 +209,23 @@ def check_parent(lineage: Lineage | None, parent: str | BundleMeta | None, name:
         )
 
 
-def to_space(
-    embeddings: np.ndarray,
+def select_space(
     meta: BundleMeta,
     lineage: tuple[Lineage, LinearMap] | None,
     space: str,
     parent: str | BundleMeta | None = None,
-) -> tuple[np.ndarray, dict[str, str]]:
-    """``embeddings`` (native) in ``space``, and the metadata naming the space written."""
+) -> tuple[LinearMap | None, dict[str, str]]:
+    """The map that takes the bundle's embeddings into ``space`` (``None`` for its own) and the
+    metadata naming the space written; refused in one line before any encoding: an unknown space,
+    no lineage, or a map to another parent than ``parent``."""
     if space not in SPACES:
         raise SeqencError(f"space must be one of {SPACES}, got {space!r}")
     if space == "native":
-        return embeddings, {"seqenc.space": "native", "seqenc.space_id": space_id(meta)}
+        return None, {"seqenc.space": "native", "seqenc.space_id": space_id(meta)}
     check_parent(lineage and lineage[0], parent, meta.name)
     found, fitted = lineage
     metadata = {"seqenc.space": "parent", "seqenc.space_id": found.parent_space}
-    return fitted.apply(embeddings), metadata | {"seqenc.dim": str(found.parent_dim)}
+    return fitted, metadata | {"seqenc.dim": str(found.parent_dim)}
 
 
 def tag_space(result: Any, metadata: dict[str, str]) -> Any:
@@ -243,8 +244,7 @@ def tag_space(result: Any, metadata: dict[str, str]) -> Any:
 def space_map(
     bundle: str | Path, meta: BundleMeta, space: str, parent: str | BundleMeta | None = None
 ) -> tuple[LinearMap | None, dict[str, str]]:
-    """For an export of bundle ``bundle``: the map to apply (``None`` in the native space) and the
-    metadata naming the space written, refused before any work as :func:`to_space` refuses."""
+    """:func:`select_space` for the bundle at ``bundle`` (the export reads its lineage only for the
+    parent space)."""
     lineage = load_lineage(bundle, meta) if space == "parent" else None
-    _, metadata = to_space(np.zeros((0, meta.dim), np.float32), meta, lineage, space, parent)
-    return (lineage[1] if lineage else None), metadata
+    return select_space(meta, lineage, space, parent)

@@ -10,7 +10,8 @@ new bundle's map when its lineage leads to the old bundle (``seqenc align`` / ``
 - the overlap of nearest neighbours @k: for a seeded sample of entities, the share of each one's k
   nearest neighbours (exact, by cosine, among all shared entities) that both versions agree on;
 - per-dimension population statistics: the shift of each dimension's mean in units of the old
-  standard deviation, and the ratio of the standard deviations;
+  standard deviation, and the ratio of the standard deviations (a map fitted on the same events
+  matches the means by construction: run the report on newer events to see it generalise);
 - a verdict: ``same`` (cosine and overlap >= 0.999), ``compatible`` (mean cosine >= ``MIN_COSINE``
   and mean |mean shift| <= ``MAX_SHIFT`` old stds: a downstream model trained on the old version
   keeps working), or ``incompatible`` (retrain the downstream models, or align the new version).

@@ -28,7 +28,7 @@ import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta
-from seqenc.compat import Lineage, LinearMap, load_lineage, tag_space, to_space
+from seqenc.compat import Lineage, LinearMap, load_lineage, select_space, tag_space
 from seqenc.data.batches import Batch
 from seqenc.data.events import Source
 from seqenc.data.vocab import N_SPECIAL
@@ -90,9 +90,10 @@ class Encoder(LoadedBundle):
                 The space is in the arrow metadata and pandas attrs.
         """
         check_choice("output", output, OUTPUTS)
+        to_parent, space_metadata = select_space(self.meta, self.lineage, space, parent)
         done = encode_events(self, events, as_of, on_empty, batch_size, max_tokens)
         out, counts, columns = done.embeddings, done.counts.output(), done.columns
-        out, space_metadata = to_space(out, self.meta, self.lineage, space, parent)
+        out = out if to_parent is None else to_parent.apply(out)
         result = embedding_output(columns, out, counts, self.meta, as_of, output)
         return tag_space(result, space_metadata)
 

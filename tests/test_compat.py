@@ -118,8 +118,8 @@ def test_a_map_from_another_parent_is_refused(tmp_path, log):
     old = tiny_bundle(tmp_path / "v1", log)
     new = reweighted(old, tmp_path / "v2", 1)
     stranger = load_encoder(reweighted(old, tmp_path / "other", 2), "cpu").meta
-    with pytest.raises(SeqencError, match="no parent space"):
-        load_encoder(new, "cpu").encode(log, space="parent")
+    with pytest.raises(SeqencError, match="no parent space"):  # refused before reading events
+        load_encoder(new, "cpu").encode(tmp_path / "nowhere.parquet", space="parent")
     align(new, old, log)
     enc = load_encoder(new, "cpu")
     parent = load_encoder(old, "cpu").meta
