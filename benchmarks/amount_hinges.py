@@ -19,7 +19,9 @@ import pandas as pd
 from seqenc.evaluate import aggregate_features
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from downstream import BERKA_SCHEMA, ROOT, prepare_berka, scores  # noqa: E402
+from downstream import DATASETS, ROOT, prepare, scores  # noqa: E402
+
+BERKA = DATASETS["berka"]
 
 
 def hinges(aggregates: pd.DataFrame) -> pd.DataFrame:
@@ -40,15 +42,15 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data/berka")
     parser.add_argument("--work", default=str(ROOT / "benchmarks/out/amount_hinges"))
     args = parser.parse_args()
-    events, labels = prepare_berka(args.data, Path(args.work).resolve())
+    events, labels = prepare(BERKA, args.data, Path(args.work).resolve())
     on = ["account_id", "as_of"]
-    aggregates = aggregate_features(events, BERKA_SCHEMA, labels[on].drop_duplicates())
+    aggregates = aggregate_features(events, BERKA.schema, labels[on].drop_duplicates())
     extended = hinges(aggregates)
     print(f"{extended.shape[1] - aggregates.shape[1]} hinge columns")
     for task, metric in (("age", "r2"), ("age_group", "roc_auc")):
         rows = labels[labels[task].notna()][[*on, task]]
-        a = np.array(scores(aggregates, rows, task, on)["folds"][metric])
-        b = np.array(scores(extended, rows, task, on)["folds"][metric])
+        a = np.array(scores(aggregates, rows, task, on, "linear")["folds"][metric])
+        b = np.array(scores(extended, rows, task, on, "linear")["folds"][metric])
         print(
             f"{task} ({metric}): aggregates {a.mean():.4f} ± {a.std():.4f}, "
             f"+ hinges {b.mean():.4f} ± {b.std():.4f}, paired {(b - a).mean():+.4f} ± {(b - a).std():.4f}"

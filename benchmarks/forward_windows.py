@@ -22,7 +22,9 @@ import pandas as pd
 from seqenc.evaluate import aggregate_features
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from downstream import BERKA_SCHEMA, ROOT, prepare_berka, scores  # noqa: E402
+from downstream import DATASETS, ROOT, prepare, scores  # noqa: E402
+
+BERKA = DATASETS["berka"]
 
 CUTOFF = pd.Timestamp("1993-12-31", tz="UTC")
 HORIZON_END = pd.Timestamp("1994-03-30", tz="UTC")
@@ -50,7 +52,7 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data/berka")
     parser.add_argument("--work", default=str(ROOT / "benchmarks/out/forward_windows"))
     args = parser.parse_args()
-    events, _ = prepare_berka(args.data, Path(args.work).resolve())
+    events, _ = prepare(BERKA, args.data, Path(args.work).resolve())
     past = events[events["timestamp"] <= CUTOFF]
     future = events[(events["timestamp"] > CUTOFF) & (events["timestamp"] <= HORIZON_END)]
     accounts = pd.Index(past["account_id"].unique())
@@ -58,7 +60,7 @@ def main() -> None:
     labels = pd.DataFrame({"account_id": accounts, "as_of": CUTOFF})
     for name, values in per_account(future, accounts).items():
         labels[f"{name}_next_quarter"] = values
-    aggregates = aggregate_features(events, BERKA_SCHEMA, labels[on])
+    aggregates = aggregate_features(events, BERKA.schema, labels[on])
     recent = per_account(past[past["timestamp"] > CUTOFF - RECENT], accounts)
     last_balance = past.groupby("account_id")["balance"].last().reindex(accounts)
     extra = pd.DataFrame({f"last_90d_{k}": v for k, v in recent.items()})
@@ -66,8 +68,8 @@ def main() -> None:
     extended = pd.concat([aggregates, extra.set_index(aggregates.index)], axis=1)
     print(f"{len(labels)} accounts with events by {CUTOFF.date()}")
     for task in [c for c in labels.columns if c.endswith("_next_quarter")]:
-        a = np.array(scores(aggregates, labels[[*on, task]], task, on)["folds"]["r2"])
-        b = np.array(scores(extended, labels[[*on, task]], task, on)["folds"]["r2"])
+        a = np.array(scores(aggregates, labels[[*on, task]], task, on, "linear")["folds"]["r2"])
+        b = np.array(scores(extended, labels[[*on, task]], task, on, "linear")["folds"]["r2"])
         print(
             f"{task} (r2): aggregates {a.mean():.4f} ± {a.std():.4f}, "
             f"+ recent {b.mean():.4f} ± {b.std():.4f}, paired {(b - a).mean():+.4f} ± {(b - a).std():.4f}"
