@@ -41,7 +41,7 @@ from seqenc.data.schema import EventSchema
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-METRICS = ("ndcg@10", "hr@10", "mrr")
+METRICS = ("ndcg@10", "hr@1", "hr@10", "mrr")
 SEEN = ("kept", "filtered")
 
 
@@ -204,7 +204,7 @@ def train(
         "seed": seed,
         "overrides": VARIANTS[variant],
         "extra": extra,
-        **{f"test/{m}": float(test[f"test/{m}"]) for m in METRICS},
+        **{f"test/{m}": float(test.get(f"test/{m}", "nan")) for m in METRICS},
         "epochs": int(len(val)),
         "best_val_epoch": int(val.argmax()) + 1,
         "best_val_ndcg@10": float(val.max()),
@@ -276,10 +276,10 @@ def table(
         f"median stop epoch / worst best-validation NDCG@10 missed, with `min_share` "
         f"{min_share} (the configs) and 0 (patience alone).",
         "",
-        "| variant | overrides | seeds | test NDCG@10 | test HR@10 | test MRR "
+        "| variant | overrides | seeds | test NDCG@10 | test HR@1 | test HR@10 | test MRR "
         "| Δ NDCG@10 | better | epochs | best val epoch | s / epoch "
         f"| stop, min_share {min_share} | stop, min_share 0 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ref = runs[runs.variant == reference].set_index("seed")["test/ndcg@10"]
     for variant, group in runs.groupby("variant", sort=False):
@@ -290,7 +290,7 @@ def table(
         overrides = " ".join(VARIANTS.get(variant, group["overrides"].iloc[0])) or "(config)"
         lines.append(
             f"| {variant} | `{overrides}` | {len(group)} | {mean_std(group['test/ndcg@10'])} "
-            f"| {mean_std(group['test/hr@10'])} | {mean_std(group['test/mrr'])} | {delta} "
+            f"| {mean_std(group.get('test/hr@1', pd.Series(dtype=float)))} | {mean_std(group['test/hr@10'])} | {mean_std(group['test/mrr'])} | {delta} "
             f"| {better} | {group['epochs'].median():.0f} | {group['best_val_epoch'].median():.0f} "
             f"| {group['epoch_s'].median():.2f} | {stopping(group, patience, min_share)} "
             f"| {stopping(group, patience, 0.0)} |"
@@ -299,7 +299,7 @@ def table(
         for method in ("popularity", "repeat"):
             lines.append(
                 f"| baseline: {method}, seen {seen} | — | — | {values[f'{method}/ndcg@10']:.4f} "
-                f"| {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | | | |"
+                f"| {values.get(f'{method}/hr@1', float('nan')):.4f} | {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | | | |"
             )
     return "\n".join(lines) + "\n"
 
