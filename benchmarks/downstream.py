@@ -169,6 +169,25 @@ def next_event_table(lines: list[str]) -> dict[str, dict[str, float]]:
     return table
 
 
+def run_table(bundle: Path) -> dict[str, dict[str, float]]:
+    """The next-event test table of the ``seqenc fit`` run that wrote ``bundle``, from the run's
+    ``metrics.csv`` beside it (empty if there is none); a metric the run did not log is NaN."""
+    path = Path(bundle).parent / "metrics.csv"
+    if not path.exists():
+        return {}
+    metrics = pd.read_csv(path)
+    prefixes = {"model": "test/", "baseline/popularity": "baseline/popularity/"}
+    prefixes["baseline/repeat"] = "baseline/repeat/"
+    return {
+        row: {
+            c: float(metrics[prefix + c].dropna().iloc[-1]) if prefix + c in metrics else np.nan
+            for c in NEXT_EVENT_COLUMNS
+        }
+        for row, prefix in prefixes.items()
+        if prefix + "ndcg@10" in metrics
+    }
+
+
 def prepare(dataset: Dataset, data: str, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The data set's prep script from ``data`` into ``work``: its events and labels tables."""
     work.mkdir(parents=True, exist_ok=True)
@@ -295,7 +314,10 @@ def next_event_markdown(tables: list[dict], dataset: str) -> str:
     if not tables:
         return ""
     lines = [f"Next-event test metrics on {dataset} (same bundles, {len(tables)} seeds):", ""]
-    lines += ["| | " + " | ".join(NEXT_EVENT_COLUMNS) + " |", "|---" * 6 + "|"]
+    lines += [
+        "| | " + " | ".join(NEXT_EVENT_COLUMNS) + " |",
+        "|---" * (len(NEXT_EVENT_COLUMNS) + 1) + "|",
+    ]
     for row in NEXT_EVENT_ROWS:
         values = np.array([[t[row][c] for c in NEXT_EVENT_COLUMNS] for t in tables if row in t])
         if len(values):
@@ -337,7 +359,8 @@ def main() -> None:
         "--bundles",
         nargs="+",
         default=None,
-        help="no training: probe these bundles (e.g. a run's, for more tasks); one per seed",
+        help="no training: probe these bundles (one per seed); the next-event table from each "
+        "run's metrics.csv",
     )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
@@ -370,6 +393,7 @@ def main() -> None:
         return
     runs, sample_runs, next_event, fit_s = [], [], [], []
     for bundle in args.bundles or []:
+        next_event.append(run_table(bundle))
         embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
         runs.append(evaluate(tasks, tree_tasks, labels, aggregates, embeddings, on, cache))
     for seed in [] if args.bundles else args.seeds:
