@@ -42,7 +42,7 @@ from seqenc.compat import KINDS, fit_with_stats
 from seqenc.data.loaders import load_dataset
 from seqenc.drift import drift, paired
 from seqenc.evaluate import embed_at
-from seqenc.evaluate.probe import C_GRID, LEAF_GRID, TREE_HOLDOUT, _HoldoutSearch
+from seqenc.evaluate.probe import estimator
 from seqenc.inference import Encoder, load_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,21 +53,7 @@ RESULTS = ROOT / "benchmarks/results"
 
 def make_probe(model: str, seed: int = 0):
     """The binary probes of :func:`seqenc.evaluate.probe` (same grids and searches)."""
-    from sklearn import ensemble, linear_model, metrics, model_selection, pipeline, preprocessing
-
-    if model == "trees":
-        booster = ensemble.HistGradientBoostingClassifier(
-            max_iter=500, early_stopping=True, n_iter_no_change=20, random_state=seed
-        )
-        holdout = model_selection.StratifiedShuffleSplit(
-            1, test_size=TREE_HOLDOUT, random_state=seed
-        )
-        return _HoldoutSearch(booster, LEAF_GRID, holdout, metrics.get_scorer("neg_log_loss"))
-    inner = model_selection.StratifiedKFold(3, shuffle=True, random_state=seed)
-    linear = linear_model.LogisticRegressionCV(
-        Cs=list(C_GRID), cv=inner, scoring="neg_log_loss", max_iter=2000
-    )
-    return pipeline.make_pipeline(preprocessing.StandardScaler(), linear)
+    return estimator("binary", model, 5, seed)[1]
 
 
 def auc(model, x: np.ndarray, y: np.ndarray) -> float:

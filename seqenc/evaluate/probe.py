@@ -180,7 +180,7 @@ def probe(
     if task not in ("binary", "multiclass", "regression"):
         raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
     y, classes = _label_codes(task, y, n_splits)
-    splitter, search = _estimator(task, model, n_splits, seed)
+    splitter, search = estimator(task, model, n_splits, seed)
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for train, test in splitter.split(x, y):
@@ -219,9 +219,10 @@ def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, l
     return codes, classes
 
 
-def _estimator(task: str, model: str, n_splits: int, seed: int):
+def estimator(task: str, model: str, n_splits: int = 5, seed: int = 0):
     """The outer k-fold splitter and the estimator :func:`probe` fits on each training fold (its
-    hyperparameters searched inside that fold only)."""
+    hyperparameters searched inside that fold only): for a caller that fits on one feature set and
+    scores another (e.g. embeddings of two model versions)."""
     if model not in MODELS:
         raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
     ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
