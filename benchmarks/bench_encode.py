@@ -21,6 +21,7 @@ These use a d=32, 1-layer model to stay fast: data memory, not the model, is wha
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -129,6 +130,7 @@ def cpu_name() -> str:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="bench-encode-"))
     schema = EventSchema()

@@ -21,6 +21,7 @@ first 90 % of the ratings (by time) updated with the last 10 %, against ``encode
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -102,6 +103,7 @@ def compare(enc: Encoder, old: pd.DataFrame, new: pd.DataFrame) -> dict[str, flo
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help
     tmp = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
     log = synthetic_log()
     old = log[log["rank"] < HISTORY]
