@@ -30,8 +30,8 @@ MAX_PACKED_BYTES = 64 * 2**20
 
 def time_bucket(dt: Tensor, n_buckets: int) -> Tensor:
     """Log bucket of a time gap in seconds: ``clamp(floor(ln(max(1, dt)) / 0.301), 0, n_buckets - 1)``."""
-    logs = torch.log(dt.float().clamp(min=1.0)) / TIME_BUCKET_WIDTH
-    return logs.floor().long().clamp(0, n_buckets - 1)
+    logs = dt.float().clamp(min=1.0).log_().div_(TIME_BUCKET_WIDTH)  # in place: [B, L, L] inputs
+    return logs.floor_().long().clamp_(0, n_buckets - 1)
 
 
 def signed_log(x: Tensor) -> Tensor:

@@ -59,25 +59,27 @@ class RepeatHead(nn.Module):
         position, Q = L): rows sum to 1 over the allowed j, 0 elsewhere.
 
         Position i may copy event j when j <= i, j is a real event and its item a real item.
+        The ``[B, Q, L]`` biases are table lookups by plain indexing: ``nn.Embedding``'s backward
+        over that many indices is ~10x slower on a CPU. With the default ``at`` the steps ago,
+        the same for every history, are bucketed once (``[1, L, L]``) and broadcast.
         """
         positions = torch.arange(hidden.shape[1], device=hidden.device)
         at = positions[None, :] if at is None else at  # [1 or B, Q]
         rows_at = at.expand(len(batch), -1)
         steps = at[:, :, None] - positions[None, None, :]  # [1 or B, Q, L]
-        allowed = (steps >= 0) & (batch.items >= N_SPECIAL)[:, None, :]
-        allowed = allowed & batch.padding_mask[:, None, :]
+        allowed = (steps >= 0) & ((batch.items >= N_SPECIAL) & batch.padding_mask)[:, None, :]
         h = hidden.float()
         queries = h.gather(1, rows_at[..., None].expand(-1, -1, h.shape[-1]))
         scores = self.query(queries) @ self.key(h).transpose(1, 2) / math.sqrt(self.d_key)
-        scores = scores + self.steps(step_bucket(steps.clamp(min=0))).squeeze(-1)
+        scores = scores + self.steps.weight[:, 0][step_bucket(steps.clamp(min=0))]
         if self.ago is not None:
-            # time from event j to the time position i predicts for: (t_i - t_j) + query gap of i
-            ago = batch.dt_ref[:, None, :] - batch.dt_ref.gather(1, rows_at)[:, :, None]
+            # time from event j to the time position i predicts for: (t_i - t_j) + query gap of i,
+            # as dt_ref_j - (dt_ref_i - gap_i): one pass over [B, Q, L] instead of two
+            query_ref = batch.dt_ref.gather(1, rows_at)
             if self.query_time:
-                ago = ago + batch.query_gaps.gather(1, rows_at)[:, :, None]
-            scores = scores + self.ago(time_bucket(ago.clamp(min=0), self.n_time_buckets)).squeeze(
-                -1
-            )
+                query_ref = query_ref - batch.query_gaps.gather(1, rows_at)
+            ago = batch.dt_ref[:, None, :] - query_ref[:, :, None]
+            scores = scores + self.ago.weight[:, 0][time_bucket(ago, self.n_time_buckets)]
         scores = scores.masked_fill(~allowed, float("-inf"))
         # a position with nothing to copy gets zeros (its gate mass then goes nowhere: see below)
         return torch.softmax(scores, dim=-1).nan_to_num(0.0)
@@ -101,14 +103,17 @@ def mixture_nll(
     if not bool(keep.any()):
         return hidden.float().sum() * 0.0
     copy = head.attention(hidden, batch)  # [B, L, L]
+    # copy mass on the target's occurrences at every position, then the kept rows: dense
+    # [B, L, L] products are cheaper than gathering [N, L] rows of ``copy`` (and scattering back)
+    match = batch.items[:, None, :] == labels[:, :, None]  # [B, L, L]: occurrences of the target
+    copied_all = (copy * match).sum(-1)  # [B, L]
     log_g, log_not_g = head.log_gates(hidden)
     rows, cols = keep.nonzero(as_tuple=True)
     targets = labels[rows, cols]
     h = hidden[rows, cols]
     real = weight[N_SPECIAL:]
     log_catalogue = (h * weight[targets]).sum(-1).float() - chunked_logsumexp(h, real)
-    match = batch.items[rows] == targets[:, None]  # [N, L]: occurrences of the target
-    copied = (copy[rows, cols] * match).sum(-1)
+    copied = copied_all[rows, cols]
     log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, float("-inf"))
     log_p = torch.logaddexp(log_not_g[rows, cols] + log_catalogue, log_g[rows, cols] + log_copied)
     return -log_p.mean()
