@@ -10,8 +10,8 @@ One command (after the trainings below; the map is fitted here, in seconds)::
 
 Ta-Feng (labelled): version 1 trained on the events up to 2000-12-31, version 2 (one bundle per
 seed) on those up to 2001-01-31 (``configs/tafeng.yaml`` + ``configs/account_embeddings.yaml``).
-Each version-2 bundle is aligned to version 1 on version 2's training events with both map kinds
-(:func:`seqenc.drift.align`). Every labelled customer is embedded at its label's cut-off by every
+Each version-2 bundle is aligned to version 1 on version 2's training events with every map kind
+(the pairs of :func:`seqenc.drift.history_pairs`, as ``seqenc align`` fits them). Every labelled customer is embedded at its label's cut-off by every
 model. Per task and probe (linear, trees; the probes of :mod:`seqenc.evaluate.probe`), 5-fold CV:
 a probe fitted on version 1's embeddings of the training fold scores the test fold on version 1,
 on raw version 2 and on mapped version 2; version 2's own probe (fitted and scored on version 2)
@@ -38,12 +38,12 @@ import numpy as np
 import pandas as pd
 
 from seqenc.atomic import atomic_file
-from seqenc.compat import KINDS, fit_with_stats
 from seqenc.data.loaders import load_dataset
-from seqenc.drift import drift, paired
+from seqenc.drift import drift, history_pairs
 from seqenc.evaluate import embed_at
 from seqenc.evaluate.probe import estimator
 from seqenc.inference import Encoder, load_encoder
+from seqenc.parent_map import KINDS, fit_with_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TAFENG = ROOT / "runs/tafeng_data"
@@ -77,13 +77,15 @@ def cross_scores(
     return out
 
 
-def aligned(new: Encoder, old: Encoder, events, kind: str) -> tuple[Encoder, dict]:
-    """``new`` with a map of ``kind`` to ``old`` fitted on ``events`` (not written to disk: the
-    benchmark compares kinds), and the fit statistics."""
+def aligned(new: Encoder, old: Encoder, pairs: tuple, kind: str) -> tuple[Encoder, dict]:
+    """``new`` with a map of ``kind`` to ``old`` fitted on ``pairs`` (:func:`history_pairs`, as
+    ``seqenc align`` fits them; not written to disk: the benchmark compares kinds), and the fit
+    statistics."""
     from seqenc.compat import Lineage, space_id
 
-    _, x, y = paired(new, old, events)
+    x, y, counts = pairs
     fitted, stats = fit_with_stats(x, y, kind)
+    stats |= counts
     parent = old.meta
     lineage = Lineage(
         parent.name, parent.config_hash, parent.weights_sha256, parent.dim,
@@ -116,9 +118,10 @@ def tafeng(v1_path: str, v2_paths: list[str], tasks: list[str], probes: list[str
         v2 = load_encoder(path, "cpu")
         native = embed_at(v2, events, cutoffs)
         seed = {"bundle": path, "maps": {}, "spaces": {"raw": native}, "drift": {}}
+        pairs = history_pairs(v2, v1, train)
         for kind in KINDS:
             start = time.perf_counter()
-            mapped_encoder, stats = aligned(v2, v1, train, kind)
+            mapped_encoder, stats = aligned(v2, v1, pairs, kind)
             wall = time.perf_counter() - start
             mapped = native.copy()
             mapped["embedding"] = list(mapped_encoder.lineage[1].apply(np.stack(native.embedding)))
@@ -181,9 +184,9 @@ def tafeng_markdown(result: dict) -> str:
             loss = "" if name == "v1 probe on v1" else f"{s['v1'] - mean:+.4f}"
             seeds = ", ".join(f"{v:.4f}" for v in per_seed)
             lines.append(f"| {key} | {name} | {mean:.4f}{std} | {loss} | {seeds} |")
-        raw, best = (s["rows"][f"v1 probe on v2 {k}"][0] for k in ("raw", "orthogonal"))
-        ridge = s["rows"]["v1 probe on v2 ridge"][0]
-        for kind, value in (("orthogonal", best), ("ridge", ridge)):
+        raw = s["rows"]["v1 probe on v2 raw"][0]
+        for kind in KINDS:
+            value = s["rows"][f"v1 probe on v2 {kind}"][0]
             share = (s["v1"] - value) / max(s["v1"] - raw, 1e-12)
             lines.append(f"| {key} | {kind}: loss / raw loss | {share:.3f} | | |")
     lines += ["", "Maps (held-out 20 % of the fitting customers) and drift reports against v1:", ""]
@@ -216,8 +219,9 @@ def next_event(v1_path: str, v2_paths: list[str], logs: list[str], data: Path) -
         text = Path(log).read_text().splitlines()
         value = next(line.split()[-1] for line in text if line.strip().startswith("test/ndcg@10"))
         out["ndcg@10"][log] = float(value)
+    pairs = history_pairs(v2[0], v1, events)
     for kind in KINDS:
-        mapped, stats = aligned(v2[0], v1, events, kind)
+        mapped, stats = aligned(v2[0], v1, pairs, kind)
         out["maps"][kind] = stats
         out["drift"][f"v1 vs v2 ({kind} map: compatible)"] = drift(v1, mapped, events).to_dict()
     raw = replace_lineage(v2[0])

@@ -1,25 +1,20 @@
-"""Embeddings that survive a retrain: a linear map from a bundle's space to its parent's.
+"""Embeddings that survive a retrain: a bundle's lineage and its map to the parent's space.
 
 A retrained encoder (version 2) starts a new, unrelated embedding space; a downstream model trained
-on version 1's embeddings gets noise from it. :func:`align` fits, after training, a map ``x @ W + b``
-from version 2's embeddings to version 1's on entities both models encode, and stores it in version
-2's bundle with its lineage. Version 2's own space is untouched (its quality is exactly that of an
-unconstrained retrain), new items and entities still work (the map acts on embeddings), and
-``encode(..., space="parent")`` returns embeddings a version-1 downstream model can use.
-
-Two kinds (``BENCHMARKS.md``, "Compatible retrains", compares them on downstream probes):
-
-- ``"ridge"`` (default): a general linear map by ridge regression (``RIDGE_ALPHA`` times the mean
-  feature variance), which also fixes axes the two models stretch differently. On Ta-Feng it keeps
-  a version-1 probe within 0.005 ROC-AUC (linear and trees), a third of the orthogonal map's loss.
-- ``"orthogonal"``: Procrustes with one global scale and a shift. It can only rotate, so it keeps
-  version 2's geometry (cosines, neighbours) exactly; a model mapped to itself is the identity.
+on version 1's embeddings gets noise from it. :func:`seqenc.drift.align` fits, after training, a
+map from version 2's embeddings to version 1's on entities both models encode
+(:mod:`seqenc.parent_map`: its kinds and how they are fitted), and this module stores it in
+version 2's bundle with its lineage. Version 2's own space is untouched (its quality is exactly
+that of an unconstrained retrain), new items and entities still work (the map acts on
+embeddings), and ``encode(..., space="parent")`` returns embeddings a version-1 downstream model
+can use.
 
 Files beside the bundle's own (plain JSON and safetensors, never pickle; written atomically):
 ``lineage.json`` (the parent's name, config hash, SHA-256 of its weights and space id, this
-bundle's weights SHA-256, the map's kind, its SHA-256 and fit statistics) and ``parent_map.safetensors``
-(``weight [d, d_parent]``, ``bias [d_parent]``). :func:`load_lineage` checks both on load: a lineage
-copied into another bundle, or a map file that was edited, is refused.
+bundle's weights SHA-256, the map's kind, its SHA-256 and fit statistics) and
+``parent_map.safetensors`` (``weight [d, d_parent]``, ``bias [d_parent]``, and the ``mlp``
+kind's ``residual.*``). :func:`load_lineage` checks both on load: a lineage copied into another
+bundle, or a map file that was edited, is refused.
 """
 
 from __future__ import annotations
@@ -29,88 +24,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from seqenc.atomic import atomic_file
 from seqenc.bundle import BundleMeta, file_sha256
 from seqenc.errors import SeqencError
+from seqenc.parent_map import ParentMap
 
 LINEAGE_FILE, MAP_FILE = "lineage.json", "parent_map.safetensors"
-KINDS = ("ridge", "orthogonal")
-DEFAULT_KIND = "ridge"  # the smaller downstream loss on Ta-Feng (BENCHMARKS.md)
 SPACES = ("native", "parent")
-RIDGE_ALPHA = 1e-2  # relative to the mean feature variance: a light pull towards zero
-HELD_OUT = 0.2  # share of the fitting entities that scores the map before it is refitted on all
 
 
 def space_id(meta: BundleMeta) -> str:
     """The id of a bundle's own embedding space: its config hash and the start of its weights'
     SHA-256 (two trainings of one config are two spaces)."""
     return f"{meta.config_hash}-{meta.weights_sha256[:16]}"
-
-
-@dataclass(frozen=True)
-class LinearMap:
-    """``x @ weight + bias``: ``weight [d, d_parent]``, ``bias [d_parent]`` (float32)."""
-
-    kind: str
-    weight: np.ndarray
-    bias: np.ndarray
-
-    def apply(self, x: np.ndarray) -> np.ndarray:
-        return (np.asarray(x, dtype=np.float32) @ self.weight + self.bias).astype(np.float32)
-
-
-def fit_map(x: np.ndarray, y: np.ndarray, kind: str = DEFAULT_KIND) -> LinearMap:
-    """The map of ``kind`` taking rows of ``x`` (this model's embeddings) to the same entities'
-    rows of ``y`` (the parent's), least squares after centring both."""
-    if kind not in KINDS:
-        raise SeqencError(f"map kind must be one of {KINDS}, got {kind!r}")
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.ndim != 2 or y.ndim != 2 or len(x) != len(y) or len(x) < 2:
-        raise SeqencError(f"a map needs paired rows of two matrices, got {x.shape} and {y.shape}")
-    mx, my = x.mean(0), y.mean(0)
-    xc, yc = x - mx, y - my
-    if kind == "orthogonal":
-        u, s, vt = np.linalg.svd(xc.T @ yc, full_matrices=False)
-        weight = (s.sum() / max((xc**2).sum(), 1e-30)) * (u @ vt)
-    else:
-        gram = xc.T @ xc
-        alpha = RIDGE_ALPHA * np.trace(gram) / x.shape[1]
-        weight = np.linalg.solve(gram + alpha * np.eye(x.shape[1]), xc.T @ yc)
-    bias = my - mx @ weight
-    return LinearMap(kind, weight.astype(np.float32), bias.astype(np.float32))
-
-
-def map_stats(mapped: np.ndarray, target: np.ndarray) -> dict[str, float]:
-    """How well ``mapped`` rows match ``target``: mean cosine and R² (share of the target's
-    variance around its mean that the map explains)."""
-    mapped, target = np.asarray(mapped, np.float64), np.asarray(target, np.float64)
-    norms = np.linalg.norm(mapped, axis=1) * np.linalg.norm(target, axis=1)
-    cosine = (mapped * target).sum(1) / np.maximum(norms, 1e-30)
-    sse = ((mapped - target) ** 2).sum()
-    sst = ((target - target.mean(0)) ** 2).sum()
-    return {"cosine": float(cosine.mean()), "r2": float(1 - sse / max(sst, 1e-30))}
-
-
-def fit_with_stats(
-    x: np.ndarray, y: np.ndarray, kind: str = DEFAULT_KIND, seed: int = 0
-) -> tuple[LinearMap, dict[str, Any]]:
-    """:func:`fit_map` on all rows, with statistics: on the fitting rows, and on a held-out
-    ``HELD_OUT`` share of them scored by a map fitted on the rest (how the map generalises)."""
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(len(x) * HELD_OUT)
-    test, train = order[:n_test], order[n_test:]
-    stats: dict[str, Any] = {"n_entities": len(x)}
-    if n_test >= 2 and len(train) >= 2:
-        held = fit_map(x[train], y[train], kind)
-        stats["held_out"] = map_stats(held.apply(x[test]), y[test]) | {"n": n_test}
-    final = fit_map(x, y, kind)
-    stats["fit"] = map_stats(final.apply(x), y)
-    return final, stats
 
 
 @dataclass(frozen=True)
@@ -131,17 +60,16 @@ class Lineage:
         return f"{self.parent_config_hash}-{self.parent_weights_sha256[:16]}"
 
 
-def save_lineage(bundle: str | Path, meta: BundleMeta, parent: BundleMeta, fitted: LinearMap,
+def save_lineage(bundle: str | Path, meta: BundleMeta, parent: BundleMeta, fitted: ParentMap,
                  stats: dict[str, Any]) -> Lineage:  # fmt: skip
     """Store ``fitted`` (this bundle's space -> ``parent``'s) and the lineage in ``bundle``."""
     bundle = Path(bundle)
-    if fitted.weight.shape != (meta.dim, parent.dim):
-        raise SeqencError(
-            f"map shape {fitted.weight.shape} does not go from dim {meta.dim} to {parent.dim}"
-        )
-    tensors = {"weight": torch.from_numpy(fitted.weight), "bias": torch.from_numpy(fitted.bias)}
+    try:
+        fitted.check_shape(meta.dim, parent.dim)
+    except ValueError as e:
+        raise SeqencError(f"the map does not go from dim {meta.dim} to {parent.dim}: {e}") from e
     with atomic_file(bundle / MAP_FILE) as tmp:
-        save_file(tensors, tmp)
+        save_file(fitted.tensors(), tmp)
     lineage = Lineage(
         parent_name=parent.name,
         parent_config_hash=parent.config_hash,
@@ -157,7 +85,7 @@ def save_lineage(bundle: str | Path, meta: BundleMeta, parent: BundleMeta, fitte
     return lineage
 
 
-def load_lineage(bundle: str | Path, meta: BundleMeta) -> tuple[Lineage, LinearMap] | None:
+def load_lineage(bundle: str | Path, meta: BundleMeta) -> tuple[Lineage, ParentMap] | None:
     """The lineage and map of the bundle at ``bundle`` (whose config is ``meta``), checked: the
     lineage must name this bundle's weights, the map file its recorded SHA-256 and shape.
     ``None`` when the bundle has no parent."""
@@ -182,14 +110,11 @@ def load_lineage(bundle: str | Path, meta: BundleMeta) -> tuple[Lineage, LinearM
     if not weights.is_file() or file_sha256(weights) != lineage.map_sha256:
         raise SeqencError(f"{str(weights)!r} is missing or its SHA-256 differs from lineage.json's")
     try:
-        tensors = load_file(weights)
-        fitted = LinearMap(lineage.kind, tensors["weight"].numpy(), tensors["bias"].numpy())
-    except (SafetensorError, OSError, KeyError) as e:
-        raise SeqencError(f"cannot read {str(weights)!r}: {e}") from e
-    if fitted.weight.shape != (meta.dim, lineage.parent_dim) or fitted.bias.shape != (
-        lineage.parent_dim,
-    ):
-        raise SeqencError(f"{str(weights)!r}: map shape does not fit dim {meta.dim}")
+        fitted = ParentMap.from_tensors(
+            lineage.kind, load_file(weights), meta.dim, lineage.parent_dim
+        )
+    except (SafetensorError, OSError, KeyError, ValueError) as e:
+        raise SeqencError(f"cannot read {str(weights)!r} as a map from dim {meta.dim}: {e}") from e
     return lineage, fitted
 
 
@@ -211,10 +136,10 @@ def check_parent(lineage: Lineage | None, parent: str | BundleMeta | None, name:
 
 def select_space(
     meta: BundleMeta,
-    lineage: tuple[Lineage, LinearMap] | None,
+    lineage: tuple[Lineage, ParentMap] | None,
     space: str,
     parent: str | BundleMeta | None = None,
-) -> tuple[LinearMap | None, dict[str, str]]:
+) -> tuple[ParentMap | None, dict[str, str]]:
     """The map that takes the bundle's embeddings into ``space`` (``None`` for its own) and the
     metadata naming the space written; refused in one line before any encoding: an unknown space,
     no lineage, or a map to another parent than ``parent``."""
@@ -243,7 +168,7 @@ def tag_space(result: Any, metadata: dict[str, str]) -> Any:
 
 def space_map(
     bundle: str | Path, meta: BundleMeta, space: str, parent: str | BundleMeta | None = None
-) -> tuple[LinearMap | None, dict[str, str]]:
+) -> tuple[ParentMap | None, dict[str, str]]:
     """:func:`select_space` for the bundle at ``bundle`` (the export reads its lineage only for the
     parent space)."""
     lineage = load_lineage(bundle, meta) if space == "parent" else None

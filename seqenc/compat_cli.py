@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from seqenc.atomic import atomic_file
-from seqenc.compat import DEFAULT_KIND, KINDS, Lineage
-from seqenc.drift import align, drift
+from seqenc.compat import Lineage
+from seqenc.drift import CUTOFFS, align, drift
 from seqenc.inference import load_encoder
+from seqenc.parent_map import DEFAULT_KIND, KINDS
 
 
 def _describe(lineage: Lineage, bundle: str | Path) -> str:
@@ -20,26 +21,32 @@ def _describe(lineage: Lineage, bundle: str | Path) -> str:
     score = f", held-out cosine {held['cosine']:.4f}, R2 {held['r2']:.4f}" if held else ""
     return (
         f"aligned: {bundle} -> space of {lineage.parent_name!r} ({lineage.parent_space}); "
-        f"{lineage.kind} map on {lineage.stats['n_entities']} entities{score}"
+        f"{lineage.kind} map on {lineage.stats['n_entities']} entities "
+        f"at {lineage.stats.get('n_cutoffs', 1)} points in time{score}"
     )
 
 
 def add_align_arguments(parser: argparse.ArgumentParser) -> None:
-    """``seqenc align NEW OLD --events PATH [--kind ridge|orthogonal] [--as-of T]``: fit the map
-    from bundle NEW's embedding space to bundle OLD's on the entities of the events both encode,
-    and store it with the lineage in NEW (then encode(..., space='parent') gives embeddings OLD's
+    """``seqenc align NEW OLD --events PATH [--kind mlp|ridge|orthogonal] [--as-of T]
+    [--cutoffs N]``: fit the map from bundle NEW's embedding space to bundle OLD's on the entities
+    of the events both encode (each at its newest event and at N earlier points in time), and
+    store it with the lineage in NEW (then encode(..., space='parent') gives embeddings OLD's
     downstream models can use)."""
     parser.add_argument("new", help="the retrained bundle (the map is written into it)")
     parser.add_argument("old", help="the bundle whose space downstream models were trained on")
     parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s) or glob")
     parser.add_argument("--kind", choices=KINDS, default=DEFAULT_KIND)
     parser.add_argument("--as-of", default=None, help="use only events at or before this time")
+    parser.add_argument(
+        "--cutoffs", type=int, default=CUTOFFS,
+        help="also pair entities at this many quantiles of the event times (0: newest only)",
+    )  # fmt: skip
 
 
 def run_align(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     events = args.events[0] if len(args.events) == 1 else args.events
-    lineage = align(args.new, args.old, events, args.kind, args.as_of)
+    lineage = align(args.new, args.old, events, args.kind, args.as_of, args.cutoffs)
     print(_describe(lineage, args.new))
 
 

@@ -25,11 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from seqenc.compat import DEFAULT_KIND, Lineage, fit_with_stats, save_lineage, space_id
+from seqenc.compat import Lineage, save_lineage, space_id
+from seqenc.data.columns import epoch_seconds
+from seqenc.data.events import read_events
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, load_encoder
+from seqenc.parent_map import DEFAULT_KIND, fit_with_stats
 
 MIN_COSINE, MAX_SHIFT = 0.5, 0.5
+CUTOFFS = 3  # align: earlier points in time at which entities are also paired
 SAME = 0.999
 CHUNK = 256  # sampled rows per similarity block
 
@@ -86,19 +90,46 @@ def paired(a: Any, b: Any, events: Any, as_of: object = None) -> tuple[np.ndarra
     return ids, ea.embeddings[ia], eb.embeddings[ib]
 
 
+def cutoffs(times: np.ndarray, n: int, as_of: object = None) -> list[object]:
+    """When :func:`align` pairs entities: ``as_of`` (``None``: each entity's newest event), then
+    the ``k / n`` quantiles (k = 1..n) of the event ``times`` (epoch seconds) up to ``as_of``."""
+    times = np.asarray(times, dtype=np.float64)
+    if as_of is not None:
+        times = times[times <= epoch_seconds(as_of)]
+    if n < 1 or len(times) == 0:
+        return [as_of]
+    points = np.quantile(times, np.arange(1, n + 1) / n)
+    return [as_of, *sorted({float(t) for t in points})]
+
+
+def history_pairs(
+    child: Encoder, parent: Encoder, events: Any, as_of: object = None, n_cutoffs: int = CUTOFFS
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """The rows a map is fitted on: ``(x, y, counts)``, the embeddings ``child`` and ``parent``
+    give the entities of ``events`` both encode, each at several points of its history
+    (:func:`cutoffs`): downstream models read entities at many points in time, and the map must
+    hold at all of them."""
+    schema = child.meta.schema
+    times = read_events(events, schema)[schema.timestamp].to_numpy() if schema.timestamp else []
+    parts = [paired(child, parent, events, when) for when in cutoffs(times, n_cutoffs, as_of)]
+    x, y = np.vstack([p[1] for p in parts]), np.vstack([p[2] for p in parts])
+    return x, y, {"n_entities": len(parts[0][0]), "n_cutoffs": len(parts)}
+
+
 def align(
     new: str | Path,
     old: str | Path,
     events: Any,
     kind: str = DEFAULT_KIND,
     as_of: object = None,
+    n_cutoffs: int = CUTOFFS,
 ) -> Lineage:
-    """Fit the map from bundle ``new``'s space to bundle ``old``'s on the entities of ``events``
-    both encode, and store it with the lineage in ``new`` (replacing an earlier one)."""
+    """Fit the map from bundle ``new``'s space to bundle ``old``'s on :func:`history_pairs` and
+    store it with the lineage in ``new`` (replacing an earlier one)."""
     child, parent = load_encoder(new, "cpu"), load_encoder(old, "cpu")
-    _, x, y = paired(child, parent, events, as_of)
+    x, y, counts = history_pairs(child, parent, events, as_of, n_cutoffs)
     fitted, stats = fit_with_stats(x, y, kind)
-    return save_lineage(new, child.meta, parent.meta, fitted, stats)
+    return save_lineage(new, child.meta, parent.meta, fitted, stats | counts)
 
 
 def neighbour_overlap(a: np.ndarray, b: np.ndarray, rows: np.ndarray, k: int) -> float:

@@ -28,7 +28,7 @@ import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta
-from seqenc.compat import Lineage, LinearMap, load_lineage, select_space, tag_space
+from seqenc.compat import Lineage, load_lineage, select_space, tag_space
 from seqenc.data.batches import Batch
 from seqenc.data.events import Source
 from seqenc.data.vocab import N_SPECIAL
@@ -38,6 +38,7 @@ from seqenc.encoding.store import sequences
 from seqenc.errors import SeqencError
 from seqenc.incremental import build_state, state_output, update_state
 from seqenc.outputs import Embeddings, embedding_output
+from seqenc.parent_map import ParentMap
 from seqenc.state import EncoderState, load_state
 
 
@@ -45,7 +46,7 @@ class Encoder(LoadedBundle):
     """A loaded bundle on a device (``Encoder(model, meta, vocabs, device, backend=None)``); see
     :func:`load_encoder`."""
 
-    lineage: tuple[Lineage, LinearMap] | None = None  # the map to the parent space (seqenc.compat)
+    lineage: tuple[Lineage, ParentMap] | None = None  # the map to the parent space (seqenc.compat)
 
     @property
     def dim(self) -> int:

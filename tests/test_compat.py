@@ -16,17 +16,11 @@ from tiny import tiny_bundle, tiny_events
 
 from seqenc.bundle import file_sha256
 from seqenc.cli import main
-from seqenc.compat import (
-    LINEAGE_FILE,
-    MAP_FILE,
-    RIDGE_ALPHA,
-    fit_map,
-    fit_with_stats,
-    space_id,
-)
-from seqenc.drift import align, drift, neighbour_overlap
+from seqenc.compat import LINEAGE_FILE, MAP_FILE, load_lineage, save_lineage, space_id
+from seqenc.drift import align, cutoffs, drift, neighbour_overlap
 from seqenc.errors import SeqencError
 from seqenc.inference import load_encoder
+from seqenc.parent_map import ALPHAS, choose_alpha, fit_map, fit_with_stats
 
 
 def reweighted(bundle: Path, target: Path, seed: int) -> Path:
@@ -64,6 +58,43 @@ def test_ridge_map_fixes_a_stretch_the_orthogonal_one_cannot():
     assert ridge["r2"] > 0.99 > orthogonal["r2"]
 
 
+def test_ridge_strength_is_chosen_on_held_out_pairs():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 8))
+    assert choose_alpha(x, x @ rotation(8, 3), seed=0) == ALPHAS[0]  # exact: least shrinkage
+    assert choose_alpha(x, rng.normal(size=(400, 8)), seed=0) == ALPHAS[-1]  # noise: the most
+
+
+def test_mlp_map_fits_a_bend_the_linear_maps_cannot():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 8))
+    y = x @ rotation(8, 4) + 2 * np.maximum(x @ rotation(8, 5), 0) ** 2
+    mlp, ridge = (fit_with_stats(x, y, kind)[1]["held_out"]["r2"] for kind in ("mlp", "ridge"))
+    assert mlp > ridge + 0.1, (mlp, ridge)
+
+
+def test_mlp_map_is_stored_and_read_back(tmp_path, log):
+    old = tiny_bundle(tmp_path / "v1", log)
+    new = reweighted(old, tmp_path / "v2", 1)
+    meta, parent = (load_encoder(b, "cpu").meta for b in (new, old))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 16))
+    fitted = fit_map(x, x + np.abs(x), "mlp")
+    assert fitted.residual is not None
+    save_lineage(new, meta, parent, fitted, {"n_entities": 600})
+    _, loaded = load_lineage(new, meta)
+    np.testing.assert_array_equal(loaded.apply(x), fitted.apply(x))
+    with pytest.raises(SeqencError, match="dim"):  # a map of another width is refused
+        save_lineage(new, meta, parent, fit_map(x[:, :8], x, "mlp"), {})
+
+
+def test_align_pairs_entities_at_time_quantiles():
+    times = np.arange(10.0)
+    assert cutoffs(times, 3) == [None, 3.0, 6.0, 9.0]
+    assert cutoffs(times, 0) == [None]
+    assert cutoffs(times, 2, as_of=4.0) == [4.0, 2.0, 4.0]  # only events up to as_of count
+
+
 def test_bad_map_kind_and_shapes_are_one_line_errors():
     with pytest.raises(SeqencError, match="kind"):
         fit_map(np.zeros((4, 2)), np.zeros((4, 2)), "affine")
@@ -80,11 +111,13 @@ def log(tmp_path):
 
 def test_a_model_compatible_with_itself_gets_the_identity(tmp_path, log):
     bundle = tiny_bundle(tmp_path / "v1", log)
-    align(bundle, bundle, log, kind="ridge")  # the identity, shrunk by its ridge term only
+    lineage = align(bundle, bundle, log, kind="ridge", n_cutoffs=0)  # shrunk by its ridge term
+    alpha = lineage.stats["fit"]["alpha"]
     x = np.stack(load_encoder(bundle, "cpu").encode(log)["embedding"]).astype(np.float64)
     gram = (x - x.mean(0)).T @ (x - x.mean(0))
-    shrunk = np.linalg.solve(gram + RIDGE_ALPHA * np.trace(gram) / 16 * np.eye(16), gram)
+    shrunk = np.linalg.solve(gram + alpha * np.trace(gram) / 16 * np.eye(16), gram)
     np.testing.assert_allclose(load_encoder(bundle, "cpu").lineage[1].weight, shrunk, atol=1e-4)
+    assert alpha == ALPHAS[0]  # an exact fit wants the least shrinkage
     lineage = align(bundle, bundle, log, kind="orthogonal")
     enc = load_encoder(bundle, "cpu")
     _, fitted = enc.lineage

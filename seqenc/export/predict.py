@@ -23,7 +23,6 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from seqenc.backends import Backend, embed_batch
 from seqenc.bundle import BundleMeta
-from seqenc.compat import LinearMap
 from seqenc.data.batches import Batch
 from seqenc.data.duplicates import duplicated_newest
 from seqenc.data.events import epoch_seconds
@@ -37,6 +36,7 @@ from seqenc.export.partition import (
 )
 from seqenc.export.scratch import Scratch
 from seqenc.model.encoder import SequenceEncoder
+from seqenc.parent_map import ParentMap
 
 
 class PartitionBatches(IterableDataset):
@@ -165,7 +165,7 @@ class EmbeddingModule(pl.LightningModule):
         self,
         encoder: SequenceEncoder,
         backend: Backend | None = None,
-        to_parent: LinearMap | None = None,
+        to_parent: ParentMap | None = None,
     ) -> None:
         super().__init__()
         self.encoder, self.backend, self.to_parent = encoder, backend, to_parent
