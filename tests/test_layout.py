@@ -22,7 +22,7 @@ LAYERS = [
     ],
     ["seqenc.data"],
     ["seqenc.bundle", "seqenc.checkpoint", "seqenc.testing", "seqenc.baselines"],
-    ["seqenc.compat"],  # a space's map to its parent and the lineage (issue 31)
+    ["seqenc.parent_map", "seqenc.compat"],  # a space's map to its parent, the lineage (issue 31)
     [
         "seqenc.module",
         "seqenc.run_options",
