@@ -13,7 +13,7 @@ items" on the same leave-one-out split (:mod:`seqenc.baselines`).
 
 Each run writes ``<runs-dir>/<data set>/<variant>/seed<N>/result.json`` and is skipped when that
 file exists (so an interrupted grid resumes); the table goes to ``--output``. Data sets that need
-preparing (berka, bpic2013) are prepared once into ``<runs-dir>/data`` by their
+preparing (berka, bpic2013, tafeng) are prepared once into ``<runs-dir>/data`` by their
 ``datasets/prep_*.py`` script from ``../shared/data``.
 """
 
@@ -79,6 +79,15 @@ DATASETS = {
         prep=("datasets/prep_bpic2013.py", "bpic2013"),
     ),
     "synthetic": Dataset({"path": "datasets/sample/events.parquet", "format": "events"}),
+    # every line item of the whole log (item = product); ~800k events, minutes per epoch
+    "tafeng": Dataset(
+        {
+            "path": "{prepared}/tafeng_events.parquet",
+            "format": "events",
+            "schema": {"entity": "customer_id", "item": "product_id"},
+        },
+        prep=("datasets/prep_tafeng.py", "ta-feng"),
+    ),
 }
 
 # The model variants: each a list of `seqenc fit` overrides on top of --config (configs/clicks.yaml:
