@@ -110,8 +110,7 @@ class SeqencModule(pl.LightningModule):
         if hp.next_item_weight > 0:
             loss = hp.next_item_weight * self.next_item_loss(batch)
         if hp.contrastive_weight > 0:
-            views = slice_views(batch, hp.contrastive_min_share)
-            contrastive = info_nce(self.encoder.entity_embedding(views), hp.contrastive_temperature)
+            contrastive = self.contrastive_loss(batch)
             self.log("train/contrastive", contrastive, batch_size=len(batch))
             loss = loss + hp.contrastive_weight * contrastive
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
@@ -132,6 +131,12 @@ class SeqencModule(pl.LightningModule):
             )
         self.log("train/next_item", loss, batch_size=int(keep.sum()))
         return loss
+
+    def contrastive_loss(self, batch: Batch) -> torch.Tensor:
+        """InfoNCE over two random slices of each history (:mod:`seqenc.model.contrastive`)."""
+        views = slice_views(batch, self.hparams.contrastive_min_share)
+        embeddings = self.encoder.entity_embedding(views)
+        return info_nce(embeddings, self.hparams.contrastive_temperature)
 
     def configure_optimizers(self) -> dict[str, Any]:
         # As nanoGPT: weight matrices and embedding tables are decayed, biases and norms are not.
