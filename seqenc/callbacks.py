@@ -4,9 +4,10 @@ bundle written when fitting ends, and the trivial baselines printed beside every
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback, EarlyStopping
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from seqenc.baselines import BASELINES, baseline_metrics
 from seqenc.bundle import save_bundle
@@ -21,17 +22,31 @@ class ConfiguredEarlyStopping(EarlyStopping):
     validation curve can rise for a few epochs, fall for several while the learning rate is high,
     then climb for the rest of the schedule; a fixed patience stops every run at the bottom of
     that dip. After ``min_share`` of the schedule, a run stops when ``patience`` epochs brought no
-    improvement on the best score so far (the dip included). The best checkpoint is kept either way.
+    improvement on the best score so far (the dip included).
+
+    ``keep``: the weights the run tests and bundles. ``"best"``: the best validation checkpoint.
+    ``"last"``: the end of the learning-rate schedule; the run never stops early. For logs whose
+    validation target is not the kind of event the test asks for (a process log: validation asks
+    for a mid-case state, the test for the closing one) the validation curve is flat noise, and
+    its best epoch can be an early one whose repeat gate is not yet calibrated.
     """
 
-    def __init__(self, *args, min_share: float = 0.5, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        min_share: float = 0.5,
+        keep: Literal["best", "last"] = "best",
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.min_share = min_share
+        self.keep = keep
 
     def _run_early_stopping_check(self, trainer: pl.Trainer) -> None:
         stop_before = trainer.should_stop
         super()._run_early_stopping_check(trainer)
-        if trainer.current_epoch + 1 < self.min_share * (trainer.max_epochs or 0):
+        early = trainer.current_epoch + 1 < self.min_share * (trainer.max_epochs or 0)
+        if early or self.keep == "last":
             trainer.should_stop = stop_before
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -41,8 +56,10 @@ class ConfiguredEarlyStopping(EarlyStopping):
 
 
 class WriteBundle(Callback):
-    """At the end of ``fit``, write the model bundle to ``<log_dir>/bundle``: from the best
-    checkpoint when one was saved, else from the live model. ``path`` is where it went."""
+    """At the end of ``fit``, write the model bundle to ``<log_dir>/bundle``: from the checkpoint
+    early stopping keeps (``keep``: the best validation one by default, else the last epoch's) when
+    one was saved, else from the live model. ``path`` is where it went, ``checkpoint`` where from
+    (the one tested after ``fit``)."""
 
     def __init__(self) -> None:
         self.path: Path | None = None
@@ -51,8 +68,7 @@ class WriteBundle(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        callback = trainer.checkpoint_callback
-        self.checkpoint = callback.best_model_path if callback else ""
+        self.checkpoint = kept_checkpoint(trainer)
         output = Path(trainer.log_dir or ".") / "bundle"
         logger = trainer.logger
         name = f"{logger.name}-{logger.version}" if logger else None
@@ -62,6 +78,19 @@ class WriteBundle(Callback):
             self.path = save_bundle(
                 output, pl_module.encoder, pl_module.spec, pl_module.objective.name, name=name
             )
+
+
+def kept_checkpoint(trainer: pl.Trainer) -> str:
+    """The checkpoint a run keeps: the monitored one (best validation), or with
+    ``ConfiguredEarlyStopping(keep="last")`` the newest of the unmonitored one; ``""`` if none."""
+    stopping = [c for c in trainer.callbacks if isinstance(c, ConfiguredEarlyStopping)]
+    last = stopping and stopping[0].keep == "last"
+    checkpoints = [
+        c
+        for c in trainer.callbacks
+        if isinstance(c, ModelCheckpoint) and (c.monitor is None) == bool(last)
+    ]
+    return checkpoints[0].best_model_path if checkpoints else ""
 
 
 class Baselines(Callback):

@@ -139,6 +139,32 @@ def test_early_stopping_waits_for_a_share_of_the_schedule(tmp_path, monkeypatch,
     assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1, 2]
 
 
+def test_early_stopping_keep_last_runs_the_schedule_and_keeps_its_end(
+    tmp_path, monkeypatch, capsys
+):
+    """``keep: last``: validation never improves (lr 0) and patience is 1, yet all four epochs run
+    (no early stop), and the last epoch's checkpoint is tested and bundled, not epoch 0's (the best
+    validation one)."""
+    events = generate_events(100, n_items=30, seed=1, max_events=40)
+    events.to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(
+        [
+            "fit", "--data.path", "events.parquet", "--trainer.enable_progress_bar", "false",
+            "--data.history_len", "16", "--model.encoder.d_model", "16", "--model.lr", "0.0",
+            "--trainer.max_epochs", "4", "--early_stopping.patience", "1",
+            "--early_stopping.min_share", "0", "--early_stopping.keep", "last",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    checkpoint = Path(next(line for line in out if line.startswith("checkpoint: ")).split(": ")[1])
+    assert checkpoint.name == "last.ckpt"
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["best-epoch=0.ckpt", "last.ckpt"]
+    metrics = pd.read_csv(checkpoint.parent.parent / "metrics.csv")
+    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1, 2, 3]
+    assert metrics["test/ndcg@10"].notna().sum() == 1
+
+
 def test_fit_without_trainable_entities_fails_before_training(tmp_path, monkeypatch, capsys):
     events = generate_events(20, n_items=10, seed=0, max_events=3)  # at most 3 events each
     events.to_parquet(tmp_path / "events.parquet")
