@@ -37,7 +37,7 @@ DATA_KEYS = ("path", "format", "history_len", "min_len", "eval_batch_size")
 def datamodule(run_dir: Path) -> SequenceDataModule:
     """The run's data (``config.yaml`` in its folder): the same split it was tested on."""
     data = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
-    schema = {k: v for k, v in data["schema"].items() if v is not None}
+    schema = {k: v for k, v in (data.get("schema") or {}).items() if v is not None}
     kwargs = {k: data[k] for k in DATA_KEYS}
     return SequenceDataModule(**kwargs, schema=EventSchema(**schema), seed=data.get("seed"))
 
