@@ -2,7 +2,8 @@
 
 Every (data set, variant, seed) is one ``seqenc fit`` run of ``--config`` with the data set's data
 overrides and the variant's model overrides, trained to the end of its schedule (early stopping
-off); the test metrics of its best checkpoint are compared across variants with the per-seed
+off); the test metrics of the checkpoint the config keeps (``early_stopping.keep``: the best
+validation one or the last epoch's) are compared across variants with the per-seed
 (paired) difference to a reference variant, next to popularity and "repeat the most recent distinct
 items" on the same leave-one-out split (:mod:`seqenc.baselines`).
 
@@ -331,6 +332,7 @@ def main() -> None:
     config = read_config(config_path)
     max_epochs = args.max_epochs or int(config.get("trainer", {}).get("max_epochs", 20))
     reference = args.reference if args.reference in args.variants else args.variants[0]
+    kept = config.get("early_stopping", {}).get("keep", "best")
 
     data = {name: prepare(name, args.runs_dir / "data") for name in args.datasets}
     grid = [(d, v, s) for d in args.datasets for v in args.variants for s in args.seeds]
@@ -368,7 +370,8 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} thread(s) per run, "
         f"{args.jobs} run(s) at once. Config `{config_path.relative_to(ROOT)}` with each data set's "
         f"data overrides; every run trains all {max_epochs} epochs (early stopping off) and the "
-        "best validation NDCG@10 checkpoint is tested. Leave-one-out, full ranking. s / epoch: "
+        f"{'last epoch' if kept == 'last' else 'best validation NDCG@10'} checkpoint is tested "
+        f"(`early_stopping.keep: {kept}`). Leave-one-out, full ranking. s / epoch: "
         "median wall time between validation epochs (train + validate).",
         "",
     ]
