@@ -4,8 +4,9 @@ Reads the runs of ``benchmarks/time_ablation.py`` (each trained its whole cosine
 ``best-epoch=N.ckpt`` and ``last.ckpt``) and tests both checkpoints of every run on the same
 leave-one-out test split, beside the two trivial baselines (the better of seen items kept and
 filtered). With the repeat head it also reports the mean gate g at the test position, for targets
-that repeat an item of their history and for new ones: a gate that does not tell them apart puts
-the history's items above a new target at the top of the list.
+that repeat an item of their history and for new ones (a gate that does not tell them apart puts
+the history's items above a new target at the top of the list), and HR@1 of the model's catalogue
+softmax alone, without the copy distribution.
 
     python benchmarks/checkpoint_choice.py --datasets bpic2013 berka synthetic \\
         --variants full query --output benchmarks/results/checkpoint_choice.md
@@ -45,12 +46,13 @@ def datamodule(run_dir: Path) -> SequenceDataModule:
 @torch.no_grad()
 def evaluate(checkpoint: Path, data: SequenceDataModule) -> dict[str, float]:
     """Test metrics of one checkpoint, and with the repeat head the mean gate at the test
-    position for repeated (``gate_repeat``) and new (``gate_new``) targets."""
+    position for repeated (``gate_repeat``) and new (``gate_new``) targets and the HR@1 of the
+    catalogue softmax alone (``hr@1_catalogue``)."""
     saved = load_checkpoint(checkpoint)
     options = {k: v for k, v in saved["hyper_parameters"].items() if not k.startswith("_")}
     module = SeqencModule(**{**options, "spec": data.spec}).eval()
     module.load_state_dict(saved["state_dict"])
-    metrics, gates, repeats = RankingMetrics((10,)), [], []
+    metrics, catalogue, gates, repeats = RankingMetrics((10,)), RankingMetrics((10,)), [], []
     for batch in data.test_dataloader():
         metrics.update(module.item_scores(batch, module.filter_seen), batch.target)
         seen = torch.zeros(len(batch), module.config.n_items, dtype=torch.bool)
@@ -60,13 +62,19 @@ def evaluate(checkpoint: Path, data: SequenceDataModule) -> dict[str, float]:
         head = module.encoder.repeat
         if head is not None:
             hidden = module.encoder(batch)
+            last = (batch.lengths - 1).clamp(min=0)
             log_g, _ = head.log_gates(hidden)
-            gates.append(log_g[rows, (batch.lengths - 1).clamp(min=0)].exp())
+            gates.append(log_g[rows, last].exp())
+            logits = module.encoder.item_logits(hidden[rows, last].float())
+            if module.filter_seen:
+                logits[batch.seen[0], batch.seen[1]] = -torch.inf
+            catalogue.update(logits, batch.target)
     out = {k: float(v) for k, v in metrics.compute().items() if k in METRICS}
     if gates:
         gate, repeat = torch.cat(gates), torch.cat(repeats)
         out["gate_repeat"] = float(gate[repeat].mean()) if repeat.any() else float("nan")
         out["gate_new"] = float(gate[~repeat].mean()) if (~repeat).any() else float("nan")
+        out["hr@1_catalogue"] = float(catalogue.compute()["hr@1"])
     return out
 
 
@@ -100,25 +108,25 @@ def section(dataset: str, runs: pd.DataFrame, base: dict[str, dict[str, float]])
         f"### {dataset}",
         "",
         "| variant | kept checkpoint | seeds | NDCG@10 | HR@1 | MRR | gate, repeated target "
-        "| gate, new target | best-validation epoch (median) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| gate, new target | HR@1, catalogue alone | best-validation epoch (median) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (variant, kept), group in runs.groupby(["variant", "kept"], sort=False):
         gate = {
             k: mean_std(group[k]) if k in group and group[k].notna().any() else "—"
-            for k in ("gate_repeat", "gate_new")
+            for k in ("gate_repeat", "gate_new", "hr@1_catalogue")
         }
         lines.append(
             f"| {variant} | {kept} | {len(group)} | {mean_std(group['ndcg@10'])} "
             f"| {mean_std(group['hr@1'])} | {mean_std(group['mrr'])} | {gate['gate_repeat']} "
-            f"| {gate['gate_new']} | {group['epoch'].median():.0f} |"
+            f"| {gate['gate_new']} | {gate['hr@1_catalogue']} | {group['epoch'].median():.0f} |"
         )
     for method in ("popularity", "repeat"):
         seen = max(SEEN, key=lambda s: base[s][f"{method}/ndcg@10"])
         values = base[seen]
         lines.append(
             f"| baseline: {method} (seen {seen}) | — | — | {values[f'{method}/ndcg@10']:.4f} "
-            f"| {values[f'{method}/hr@1']:.4f} | {values[f'{method}/mrr']:.4f} | | | |"
+            f"| {values[f'{method}/hr@1']:.4f} | {values[f'{method}/mrr']:.4f} | | | | |"
         )
     return "\n".join(lines) + "\n"
 
