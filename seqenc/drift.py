@@ -33,7 +33,7 @@ from seqenc.inference import Encoder, load_encoder
 from seqenc.parent_map import DEFAULT_KIND, fit_with_stats
 
 MIN_COSINE, MAX_SHIFT = 0.5, 0.5
-CUTOFFS = 3  # align: earlier points in time at which entities are also paired
+CUTOFFS = 3  # align: quantiles of the event times at which entities are also paired
 SAME = 0.999
 CHUNK = 256  # sampled rows per similarity block
 
@@ -92,14 +92,16 @@ def paired(a: Any, b: Any, events: Any, as_of: object = None) -> tuple[np.ndarra
 
 def cutoffs(times: np.ndarray, n: int, as_of: object = None) -> list[object]:
     """When :func:`align` pairs entities: ``as_of`` (``None``: each entity's newest event), then
-    the ``k / n`` quantiles (k = 1..n) of the event ``times`` (epoch seconds) up to ``as_of``."""
+    the ``k / n`` quantiles (k = 1..n) of the event ``times`` (epoch seconds) up to ``as_of``,
+    each point once."""
     times = np.asarray(times, dtype=np.float64)
     if as_of is not None:
         times = times[times <= epoch_seconds(as_of)]
     if n < 1 or len(times) == 0:
         return [as_of]
     points = np.quantile(times, np.arange(1, n + 1) / n)
-    return [as_of, *sorted({float(t) for t in points})]
+    later = {float(t) for t in points} - ({epoch_seconds(as_of)} if as_of is not None else set())
+    return [as_of, *sorted(later)]
 
 
 def history_pairs(

@@ -92,7 +92,7 @@ def test_align_pairs_entities_at_time_quantiles():
     times = np.arange(10.0)
     assert cutoffs(times, 3) == [None, 3.0, 6.0, 9.0]
     assert cutoffs(times, 0) == [None]
-    assert cutoffs(times, 2, as_of=4.0) == [4.0, 2.0, 4.0]  # only events up to as_of count
+    assert cutoffs(times, 2, as_of=4.0) == [4.0, 2.0]  # events up to as_of; each point once
 
 
 def test_bad_map_kind_and_shapes_are_one_line_errors():
