@@ -210,7 +210,7 @@ def fit_with_stats(
     """:func:`fit_map` on all rows, with statistics: on the fitting rows, and on a held-out
     ``HELD_OUT`` share of them scored by a map fitted on the rest (how the map generalises)."""
     train, test = split(len(x), seed + 1)  # another split than the fit's own choices use
-    stats: dict[str, Any] = {"n_entities": len(x)}
+    stats: dict[str, Any] = {"n_pairs": len(x)}
     if len(test) >= 2 and len(train) >= 2:
         held = fit_map(x[train], y[train], kind, seed)
         stats["held_out"] = map_stats(held.apply(x[test]), y[test]) | {"n": len(test)}
