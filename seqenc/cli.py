@@ -50,7 +50,7 @@ COMMANDS = {
         "seqenc.commands.probe",
     ),
     "align": Command(
-        "NEW OLD --events PATH [--kind ridge|orthogonal]",
+        "NEW OLD --events PATH [--kind ridge|mlp|blend|orthogonal]",
         "map NEW's embeddings into OLD's space (fit --compatible_with OLD does it after training)",
         "seqenc.compat_cli:align",
     ),

@@ -27,7 +27,7 @@ def _describe(lineage: Lineage, bundle: str | Path) -> str:
 
 
 def add_align_arguments(parser: argparse.ArgumentParser) -> None:
-    """``seqenc align NEW OLD --events PATH [--kind ridge|mlp|orthogonal] [--as-of T]
+    """``seqenc align NEW OLD --events PATH [--kind ridge|mlp|blend|orthogonal] [--as-of T]
     [--cutoffs N]``: fit the map from bundle NEW's embedding space to bundle OLD's on the entities
     of the events both encode (each at its newest event and at N earlier points in time), and
     store it with the lineage in NEW (then encode(..., space='parent') gives embeddings OLD's

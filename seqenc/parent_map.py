@@ -9,6 +9,8 @@ times. Three kinds (``BENCHMARKS.md``, "Compatible retrains", compares them on d
   early-stopped on held-out pairs): it explains more of the parent's variance (held-out R² 0.58
   against 0.45 on Ta-Feng) and a linear version-1 probe loses less, but a tree probe loses more
   (its split thresholds meet values the network bends).
+- ``"blend"``: the mean of the ``ridge`` and ``mlp`` maps (the ridge map plus half the residual):
+  two estimators averaged, a hedge between the linear consumer's gain and the tree consumer's loss.
 - ``"orthogonal"``: Procrustes with one global scale and a shift. It can only rotate, so it keeps
   version 2's geometry (cosines, neighbours) exactly; a model mapped to itself is the identity.
 
@@ -26,7 +28,8 @@ import torch
 
 from seqenc.errors import SeqencError
 
-KINDS = ("ridge", "mlp", "orthogonal")
+KINDS = ("ridge", "mlp", "blend", "orthogonal")
+RESIDUAL_SHARE = {"mlp": 1.0, "blend": 0.5}  # how much of the residual network a kind adds
 DEFAULT_KIND = "ridge"  # the smallest worst-case downstream loss on Ta-Feng (BENCHMARKS.md)
 ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1)  # ridge strengths tried, relative to the mean feature variance
 HELD_OUT = 0.2  # share of the pairs that scores a map (strength, early stop, statistics)
@@ -38,8 +41,8 @@ RESIDUAL = ("shift", "scale", "w1", "b1", "w2", "b2")  # the residual network's 
 
 @dataclass(frozen=True)
 class ParentMap:
-    """``x @ weight + bias`` (``weight [d, d_parent]``), plus, for the ``mlp`` kind, the residual
-    ``relu(((x - shift) / scale) @ w1 + b1) @ w2 + b2`` (``None`` when too few pairs, or when it
+    """``x @ weight + bias`` (``weight [d, d_parent]``), plus, for the ``mlp`` and ``blend`` kinds,
+    the residual ``relu(((x - shift) / scale) @ w1 + b1) @ w2 + b2`` (``blend`` stores it halved) (``None`` when too few pairs, or when it
     did not beat the linear part on held-out pairs); float32 throughout."""
 
     kind: str
@@ -67,7 +70,7 @@ class ParentMap:
         """The map stored by :meth:`tensors`; a missing tensor or a wrong shape raises
         ``KeyError``/``ValueError``."""
         arrays = {k: v.numpy() for k, v in tensors.items()}
-        stored = kind == "mlp" and "residual.w1" in arrays  # absent when it did not pay
+        stored = kind in RESIDUAL_SHARE and "residual.w1" in arrays  # absent when it did not pay
         residual = {k: arrays[f"residual.{k}"] for k in RESIDUAL} if stored else None
         fitted = cls(kind, arrays["weight"], arrays["bias"], residual)
         fitted.check_shape(d, d_parent)
@@ -187,8 +190,11 @@ def fit_map_with_notes(
         weight, bias = ridge(x, y, alpha)
         notes = {"alpha": alpha}
     residual = None
-    if kind == "mlp" and len(x) >= MLP_MIN_ROWS:
+    if kind in RESIDUAL_SHARE and len(x) >= MLP_MIN_ROWS:
         residual, notes["residual_rounds"] = fit_residual(x, y - (x @ weight + bias), seed)
+        if residual is not None:  # a share of the last layer is that share of the residual
+            share = np.float32(RESIDUAL_SHARE[kind])
+            residual |= {"w2": residual["w2"] * share, "b2": residual["b2"] * share}
     f32 = np.float32
     return ParentMap(kind, weight.astype(f32), bias.astype(f32), residual), notes
 

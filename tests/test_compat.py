@@ -73,19 +73,29 @@ def test_mlp_map_fits_a_bend_the_linear_maps_cannot():
     assert mlp > ridge + 0.1, (mlp, ridge)
 
 
-def test_mlp_map_is_stored_and_read_back(tmp_path, log):
+def test_blend_map_is_the_mean_of_the_ridge_and_mlp_maps():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1000, 8))
+    y = x @ rotation(8, 4) + np.maximum(x @ rotation(8, 5), 0) ** 2
+    ridge, mlp, blend = (fit_map(x, y, kind).apply(x) for kind in ("ridge", "mlp", "blend"))
+    assert np.abs(mlp - ridge).mean() > 0.05  # the residual is there to be halved
+    np.testing.assert_allclose(blend, (ridge + mlp) / 2, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "blend"])
+def test_residual_map_is_stored_and_read_back(tmp_path, log, kind):
     old = tiny_bundle(tmp_path / "v1", log)
     new = reweighted(old, tmp_path / "v2", 1)
     meta, parent = (load_encoder(b, "cpu").meta for b in (new, old))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(600, 16))
-    fitted = fit_map(x, x + np.abs(x), "mlp")
+    fitted = fit_map(x, x + np.abs(x), kind)
     assert fitted.residual is not None
     save_lineage(new, meta, parent, fitted, {"n_entities": 600})
     _, loaded = load_lineage(new, meta)
     np.testing.assert_array_equal(loaded.apply(x), fitted.apply(x))
     with pytest.raises(SeqencError, match="dim"):  # a map of another width is refused
-        save_lineage(new, meta, parent, fit_map(x[:, :8], x, "mlp"), {})
+        save_lineage(new, meta, parent, fit_map(x[:, :8], x, kind), {})
 
 
 def test_align_pairs_entities_at_time_quantiles():
