@@ -22,7 +22,8 @@ before the 80 % time quantile, version 2 on all, two seeds; their NDCG@10 come f
 (``--next-logs``). Drift reports: version 1 against version 2 raw (unconstrained) and mapped
 (compatible), and version 2 against its other seed.
 
-Writes ``benchmarks/results/compat-{tafeng,next}.{md,json}``.
+Writes ``benchmarks/results/compat-{tafeng,next}[-TAG].{md,json}``; ``--merge A.json B.json``
+joins Ta-Feng results whose version-2 seeds ran apart (same version 1, tasks and probes).
 """
 
 from __future__ import annotations
@@ -156,6 +157,29 @@ def tafeng(v1_path: str, v2_paths: list[str], tasks: list[str], probes: list[str
     return out
 
 
+def merge(results: list[dict]) -> dict:
+    """Several Ta-Feng results of the same version 1, tasks and probes (version-2 seeds run
+    apart) as one: their seeds in order."""
+    out = json.loads(json.dumps(results[0]))
+    for other in results[1:]:
+        offset = len(out["seeds"])
+        if (other["v1"], other["tasks"], other["probes"]) != (
+            out["v1"],
+            out["tasks"],
+            out["probes"],
+        ):
+            sys.exit("--merge: the results differ in version 1, tasks or probes")
+        out["seeds"] += other["seeds"]
+        for key, scores in other["scores"].items():
+            into = out["scores"][key]
+            for name, folds in scores["cross"].items():
+                if name != "v1":
+                    seed, space = name.split("/")
+                    into["cross"][f"s{int(seed[1:]) + offset}/{space}"] = folds
+            into["own"] += scores["own"]
+    return out
+
+
 def summary(scores: dict, n_seeds: int) -> dict:
     """Per space kind: mean over seeds of the fold-mean AUC and its loss against version 1."""
     v1 = float(np.mean(scores["cross"]["v1"]))
@@ -281,23 +305,31 @@ def main() -> None:
     parser.add_argument("--next-v2", nargs="*", default=[])
     parser.add_argument("--next-logs", nargs="*", default=[], help="fit logs of the v2 runs")
     parser.add_argument("--ml100k", type=Path, default=ML100K, help="u.data of MovieLens-100K")
+    parser.add_argument("--tag", default="", help="suffix of the result files' names")
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, help="compat-tafeng JSON files to join (seeds run apart)"
+    )
     args = parser.parse_args()
+    suffix = f"-{args.tag}" if args.tag else ""
     header = (
         f"# `python benchmarks/compat.py {' '.join(sys.argv[1:])}`\n\n"
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
         "OMP_NUM_THREADS=1, CPU.\n"
     )
+    if args.merge:
+        result = merge([json.loads(path.read_text()) for path in args.merge])
+        write(f"compat-tafeng{suffix}", header, tafeng_markdown(result), result)
     if args.tafeng_v1:
         tafeng(
             args.tafeng_v1,
             args.tafeng_v2,
             args.tasks,
             args.probes,
-            lambda result: write("compat-tafeng", header, tafeng_markdown(result), result),
+            lambda result: write(f"compat-tafeng{suffix}", header, tafeng_markdown(result), result),
         )
     if args.next_v1:
         result = next_event(args.next_v1, args.next_v2, args.next_logs, args.ml100k)
-        write("compat-next", header, next_markdown(result), result)
+        write(f"compat-next{suffix}", header, next_markdown(result), result)
 
 
 if __name__ == "__main__":

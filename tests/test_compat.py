@@ -75,7 +75,7 @@ def test_mlp_map_fits_a_bend_the_linear_maps_cannot():
 
 def test_blend_map_is_the_mean_of_the_ridge_and_mlp_maps():
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(1000, 8))
+    x = rng.normal(size=(500, 8))
     y = x @ rotation(8, 4) + np.maximum(x @ rotation(8, 5), 0) ** 2
     ridge, mlp, blend = (fit_map(x, y, kind).apply(x) for kind in ("ridge", "mlp", "blend"))
     assert np.abs(mlp - ridge).mean() > 0.05  # the residual is there to be halved
