@@ -163,11 +163,7 @@ def merge(results: list[dict]) -> dict:
     out = json.loads(json.dumps(results[0]))
     for other in results[1:]:
         offset = len(out["seeds"])
-        if (other["v1"], other["tasks"], other["probes"]) != (
-            out["v1"],
-            out["tasks"],
-            out["probes"],
-        ):
+        if any(other[key] != out[key] for key in ("v1", "tasks", "probes")):
             sys.exit("--merge: the results differ in version 1, tasks or probes")
         out["seeds"] += other["seeds"]
         for key, scores in other["scores"].items():

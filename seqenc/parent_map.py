@@ -43,8 +43,9 @@ RESIDUAL = ("shift", "scale", "w1", "b1", "w2", "b2")  # the residual network's 
 @dataclass(frozen=True)
 class ParentMap:
     """``x @ weight + bias`` (``weight [d, d_parent]``), plus, for the ``mlp`` and ``blend`` kinds,
-    the residual ``relu(((x - shift) / scale) @ w1 + b1) @ w2 + b2`` (``blend`` stores it halved) (``None`` when too few pairs, or when it
-    did not beat the linear part on held-out pairs); float32 throughout."""
+    the residual ``relu(((x - shift) / scale) @ w1 + b1) @ w2 + b2`` (``blend`` stores it halved;
+    ``None`` when too few pairs, or when it did not beat the linear part on held-out pairs);
+    float32 throughout."""
 
     kind: str
     weight: np.ndarray
