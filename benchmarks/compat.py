@@ -29,6 +29,7 @@ joins Ta-Feng results whose version-2 seeds ran apart (same version 1, tasks and
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import sys
@@ -160,7 +161,7 @@ def tafeng(v1_path: str, v2_paths: list[str], tasks: list[str], probes: list[str
 def merge(results: list[dict]) -> dict:
     """Several Ta-Feng results of the same version 1, tasks and probes (version-2 seeds run
     apart) as one: their seeds in order."""
-    out = json.loads(json.dumps(results[0]))
+    out = copy.deepcopy(results[0])
     for other in results[1:]:
         offset = len(out["seeds"])
         if any(other[key] != out[key] for key in ("v1", "tasks", "probes")):

@@ -35,10 +35,8 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("new", help="the retrained bundle (the map is written into it)")
     parser.add_argument("old", help="the bundle whose space downstream models were trained on")
     parser.add_argument("--events", required=True, nargs="+", help="Parquet/CSV file(s) or glob")
-    parser.add_argument(
-        "--kind", choices=KINDS, default=DEFAULT_KIND,
-        help=f"the map (default {DEFAULT_KIND}: the mean of ridge and mlp; BENCHMARKS.md compares them)",
-    )  # fmt: skip
+    kinds = f"default {DEFAULT_KIND}: the mean of ridge and mlp; BENCHMARKS.md compares them"
+    parser.add_argument("--kind", choices=KINDS, default=DEFAULT_KIND, help=f"the map ({kinds})")
     parser.add_argument("--as-of", default=None, help="use only events at or before this time")
     parser.add_argument(
         "--cutoffs", type=int, default=CUTOFFS,
