@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint, WeightAveraging
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from seqenc.baselines import BASELINES, baseline_metrics
 from seqenc.bundle import save_bundle
@@ -53,61 +53,6 @@ class ConfiguredEarlyStopping(EarlyStopping):
         patience = self.patience
         super().load_state_dict(state_dict)
         self.patience = patience
-
-
-class AverageWeights(WeightAveraging):
-    """Validate, checkpoint, test and bundle the mean of the weights after every training step of
-    the last ``share`` of the schedule (stochastic weight averaging on the schedule's own learning
-    rate); ``share=0``: off. Where seeds end in different corners of a flat validation curve (a
-    process log whose test target is rarely a training target), the mean of the schedule's tail
-    is steadier than its last step. Before the first averaged step the callback is inert: the live
-    weights are validated and saved."""
-
-    def __init__(self, share: float = 0.0) -> None:
-        super().__init__()
-        self.share = share
-        self.start_step = 0
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit" and self.share > 0:
-            super().setup(trainer, pl_module, stage)
-            self.start_step = int((1 - self.share) * trainer.estimated_stepping_batches)
-
-    def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
-        return self.share > 0 and step_idx is not None and step_idx >= self.start_step
-
-    def _averaging(self) -> bool:
-        return self._average_model is not None and int(self._average_model.n_averaged) > 0
-
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._averaging():
-            self._swap_models(pl_module)
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._averaging():
-            self._swap_models(pl_module)
-
-    def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict
-    ) -> None:
-        if self._averaging():
-            super().on_save_checkpoint(trainer, pl_module, checkpoint)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._averaging():
-            super().on_train_end(trainer, pl_module)
-
-    def on_load_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict
-    ) -> None:
-        # resuming a fit continues from the live weights (and the mean so far, when averaging);
-        # testing or bundling a checkpoint reads its state_dict: the mean
-        if trainer.state.fn != "fit" or "current_model_state" not in checkpoint:
-            return
-        if self._average_model is not None:
-            super().on_load_checkpoint(trainer, pl_module, checkpoint)
-        else:
-            pl_module.load_state_dict(checkpoint["current_model_state"])
 
 
 class WriteBundle(Callback):

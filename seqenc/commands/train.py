@@ -16,7 +16,7 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
-from seqenc.callbacks import AverageWeights, Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.cli_support import default_logger_classes, run_user_command
 from seqenc.compat_cli import align_after_fit, check_parent_bundle
 from seqenc.data.datamodule import SequenceDataModule
@@ -45,7 +45,6 @@ class SeqencCLI(LightningCLI):
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
-        parser.add_lightning_class_args(AverageWeights, "average_weights")
         parser.add_argument(  # seqenc.compat: after fit, map the new space to OLD's
             "--compatible_with", type=str | None, default=None, help="OLD bundle to stay usable for"
         )
