@@ -220,12 +220,13 @@ def scores(
     return {"n_rows": result.n_rows, "folds": {k: v.tolist() for k, v in result.folds.items()}}
 
 
-def probes(task: str, tree_tasks: list[str]) -> list[str]:
-    return ["linear", "trees"] if task in tree_tasks else ["linear"]
+def probes(task: str, linear_tasks: list[str], tree_tasks: list[str]) -> list[str]:
+    return [m for m, on in (("linear", linear_tasks), ("trees", tree_tasks)) if task in on]
 
 
 def evaluate(
     tasks: dict[str, str],
+    linear_tasks: list[str],
     tree_tasks: list[str],
     labels: pd.DataFrame,
     aggregates: pd.DataFrame,
@@ -240,7 +241,7 @@ def evaluate(
     out = {}
     for task in tasks:
         rows = labels[labels[task].notna()][[*on, task]].merge(both[on], on=on, how="inner")
-        for model in probes(task, tree_tasks):
+        for model in probes(task, linear_tasks, tree_tasks):
             key = f"{task}/{model}"
             compute = functools.partial(scores, aggregates, rows, task, on, model)
             cached = cache.get(f"{key}:{len(rows)}", compute)
@@ -345,6 +346,9 @@ def main() -> None:
     parser.add_argument("--no-sample", action="store_true", help="skip the synthetic sample")
     parser.add_argument("--tasks", nargs="*", default=None, help="tasks (none: the sample only)")
     parser.add_argument(
+        "--linear-tasks", nargs="*", default=None, help="tasks for the linear probe (default: all)"
+    )
+    parser.add_argument(
         "--tree-tasks", nargs="*", default=None, help="tasks for the tree probe too (default: all)"
     )
     parser.add_argument(
@@ -388,14 +392,17 @@ def main() -> None:
     sample_aggregates = aggregate_features(sample, SAMPLE_SCHEMA)
     cache, sample_cache = ScoreCache(work / "aggregate_scores.json"), ScoreCache(None)
     tree_tasks = dataset.tree_tasks if args.tree_tasks is None else args.tree_tasks
+    linear_tasks = list(tasks) if args.linear_tasks is None else args.linear_tasks
     if not args.seeds:
-        evaluate(tasks, tree_tasks, labels, aggregates, None, on, cache)
+        evaluate(tasks, linear_tasks, tree_tasks, labels, aggregates, None, on, cache)
         return
     runs, sample_runs, next_event, fit_s = [], [], [], []
     for bundle in args.bundles or []:
         next_event.append(run_table(bundle))
         embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-        runs.append(evaluate(tasks, tree_tasks, labels, aggregates, embeddings, on, cache))
+        runs.append(
+            evaluate(tasks, linear_tasks, tree_tasks, labels, aggregates, embeddings, on, cache)
+        )
     for seed in [] if args.bundles else args.seeds:
         if tasks:
             config = args.config or dataset.config
@@ -406,14 +413,16 @@ def main() -> None:
             next_event.append(table)
             print(f"seed {seed}: {args.data} trained in {wall:.0f} s ({bundle})", flush=True)
             embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-            runs.append(evaluate(tasks, tree_tasks, labels, aggregates, embeddings, on, cache))
+            runs.append(
+                evaluate(tasks, linear_tasks, tree_tasks, labels, aggregates, embeddings, on, cache)
+            )
         if args.no_sample:
             continue
         bundle, wall, _ = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
         df = load_encoder(bundle, "cpu").encode(sample)[["entity_id", "embedding"]]
         sample_runs.append(
             evaluate(
-                SAMPLE_TASKS, list(SAMPLE_TASKS), sample_labels, sample_aggregates, df,
+                SAMPLE_TASKS, list(SAMPLE_TASKS), list(SAMPLE_TASKS), sample_labels, sample_aggregates, df,
                 ["entity_id"], sample_cache,
             )
         )  # fmt: skip
