@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from seqenc import __version__
 from seqenc.cli import COMMANDS, main
@@ -139,12 +140,14 @@ def test_early_stopping_waits_for_a_share_of_the_schedule(tmp_path, monkeypatch,
     assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize(("every", "validated"), [(1, [0, 1, 2, 3]), (3, [2])])
 def test_early_stopping_keep_last_runs_the_schedule_and_keeps_its_end(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, every, validated
 ):
     """``keep: last``: validation never improves (lr 0) and patience is 1, yet all four epochs run
-    (no early stop), and the last epoch's checkpoint is tested and bundled, not epoch 0's (the best
-    validation one)."""
+    (no early stop), and the last epoch's checkpoint is tested and bundled, not the best
+    validation one; also when validation runs every third epoch only (the last epoch, 3, does not
+    validate: its checkpoint is still the one kept)."""
     events = generate_events(100, n_items=30, seed=1, max_events=40)
     events.to_parquet(tmp_path / "events.parquet")
     monkeypatch.chdir(tmp_path)
@@ -154,14 +157,17 @@ def test_early_stopping_keep_last_runs_the_schedule_and_keeps_its_end(
             "--data.history_len", "16", "--model.encoder.d_model", "16", "--model.lr", "0.0",
             "--trainer.max_epochs", "4", "--early_stopping.patience", "1",
             "--early_stopping.min_share", "0", "--early_stopping.keep", "last",
+            "--trainer.check_val_every_n_epoch", str(every),
         ]
     )  # fmt: skip
     out = capsys.readouterr().out.splitlines()
     checkpoint = Path(next(line for line in out if line.startswith("checkpoint: ")).split(": ")[1])
     assert checkpoint.name == "last.ckpt"
-    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["best-epoch=0.ckpt", "last.ckpt"]
+    assert torch.load(checkpoint, weights_only=True)["epoch"] == 3
+    best = f"best-epoch={validated[0]}.ckpt"
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == [best, "last.ckpt"]
     metrics = pd.read_csv(checkpoint.parent.parent / "metrics.csv")
-    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == [0, 1, 2, 3]
+    assert metrics.dropna(subset=["val/ndcg@10"])["epoch"].tolist() == validated
     assert metrics["test/ndcg@10"].notna().sum() == 1
 
 

@@ -150,10 +150,11 @@ def trainer_defaults(name: str) -> dict:
     return {
         "logger": loggers,
         # Lightning's ``save_last`` copies only the checkpoints it saves (the best ones), so the
-        # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt.
+        # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt,
+        # saved after every training epoch, whether or not that epoch validates.
         "callbacks": [
             ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
-            ModelCheckpoint(filename="last"),
+            ModelCheckpoint(filename="last", save_on_train_epoch_end=True),
             WriteBundle(),
             Baselines(),
         ],
