@@ -63,9 +63,8 @@ def evaluate(checkpoint: Path, data: SequenceDataModule) -> dict[str, float]:
         if head is not None:
             hidden = module.encoder(batch)
             last = (batch.lengths - 1).clamp(min=0)
-            scores = head.scores(hidden, batch, last[:, None])
-            log_g, _ = head.log_gates(hidden[rows, last][:, None], scores)
-            gates.append(log_g[:, 0].exp())
+            log_g, _ = head.log_gates(hidden)
+            gates.append(log_g[rows, last].exp())
             logits = module.encoder.item_logits(hidden[rows, last].float())
             if module.filter_seen:
                 logits[batch.seen[0], batch.seen[1]] = -torch.inf

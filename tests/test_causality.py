@@ -55,11 +55,8 @@ def outputs(config: EncoderConfig, log: pd.DataFrame, vocabs) -> tuple[torch.Ten
         hidden = model(inputs)
         if model.repeat is None:
             return (hidden[0],)
-        scores = model.repeat.scores(hidden, inputs)
-        with torch.no_grad():
-            model.repeat.evidence.fill_(1.0)  # the gate's evidence inputs too, not only its state
-        log_g = model.repeat.log_gates(hidden, scores)[0][0]
-        return hidden[0], scores[0].exp(), log_g[:, None]
+        copy = model.repeat.attention(hidden, inputs)[0]
+        return hidden[0], copy, model.repeat.log_gates(hidden)[0][0][:, None]
 
 
 OPTIONS = [

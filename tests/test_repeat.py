@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from seqenc.model.batch import Batch
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import chunked_logsumexp
 from seqenc.model.repeat import RepeatHead, mixture_log_scores, mixture_nll, step_bucket
 
@@ -33,14 +32,6 @@ def batch() -> Batch:
     )
 
 
-def naive_gate_logit(head, h, scores) -> torch.Tensor:
-    """The gate's logit from the state and the copy evidence: the mean of exp(score) over the
-    events it may copy (log), and log(1 + their count)."""
-    n = len(scores)
-    match = torch.log(torch.exp(scores).mean()) if n else torch.tensor(0.0)
-    return head.gate(h)[0] + head.evidence[0] * match + head.evidence[1] * math.log1p(n)
-
-
 def naive_log_p(head, hidden, b, weight, row, i, v) -> float:
     """log P(v | row, position i) by the definition, one loop per event."""
     catalogue = torch.log_softmax(hidden[row, i] @ weight[3:].T, dim=0)
@@ -50,9 +41,7 @@ def naive_log_p(head, hidden, b, weight, row, i, v) -> float:
     assert math.isclose(float(a[allowed].sum()), 1.0, rel_tol=1e-5)
     assert float(a.sum() - a[allowed].sum()) == 0.0
     copied = sum(float(a[j]) for j in allowed if b.items[row, j] == v)
-    g = torch.sigmoid(
-        naive_gate_logit(head, hidden[row, i], head.scores(hidden, b)[row, i][allowed])
-    ).item()
+    g = torch.sigmoid(head.gate(hidden[row, i])).item()
     return math.log((1 - g) * math.exp(float(log_cat)) + g * copied)
 
 
@@ -60,8 +49,6 @@ def naive_log_p(head, hidden, b, weight, row, i, v) -> float:
 def test_mixture_nll_matches_the_definition(time):
     torch.manual_seed(0)
     head = RepeatHead(8, 16, time=time, query_time=True)
-    with torch.no_grad():
-        head.evidence.normal_()
     hidden = torch.randn(2, 6, 8)
     weight = torch.randn(N_ITEMS, 8)
     b = batch()
@@ -81,8 +68,6 @@ def test_mixture_nll_matches_the_definition(time):
 def test_scores_are_the_mixture_at_the_newest_position():
     torch.manual_seed(1)
     head = RepeatHead(8, 16, time=True, query_time=True)
-    with torch.no_grad():
-        head.evidence.normal_()
     hidden, weight, b = torch.randn(2, 6, 8), torch.randn(N_ITEMS, 8), batch()
     rows = torch.arange(2)
     logits = hidden[rows, b.lengths - 1] @ weight.T
@@ -141,11 +126,7 @@ def loop_nll(head, hidden, b, weight, labels) -> torch.Tensor:
                 hits.append(int(b.items[r, j]) == v)
             copy = torch.softmax(torch.stack(scores), 0) if scores else torch.zeros(0)
             copied = sum((c for c, hit in zip(copy, hits, strict=True) if hit), torch.tensor(0.0))
-            g = torch.sigmoid(
-                naive_gate_logit(
-                    head, hidden[r, i], torch.stack(scores) if scores else torch.zeros(0)
-                )
-            )
+            g = torch.sigmoid(head.gate(hidden[r, i]))[0]
             catalogue = torch.softmax(hidden[r, i] @ weight[3:].T, 0)[v - 3]
             log_ps.append(torch.log((1 - g) * catalogue + g * copied))
     return -torch.stack(log_ps).mean()
@@ -159,7 +140,6 @@ def test_mixture_nll_values_and_gradients_match_a_loop(time):
     head = RepeatHead(8, 16, time=time, query_time=True)
     with torch.no_grad():  # non-zero biases, so their gradients and lookups are exercised
         head.steps.weight.normal_()
-        head.evidence.normal_()
         if head.ago is not None:
             head.ago.weight.normal_()
     hidden = torch.randn(2, 6, 8, requires_grad=True)
@@ -176,22 +156,3 @@ def test_mixture_nll_values_and_gradients_match_a_loop(time):
     assert math.isclose(float(got), float(expected), rel_tol=1e-5)
     for g, e in zip(got_grads, expected_grads, strict=True):
         assert torch.allclose(g, e, rtol=1e-5, atol=1e-6)
-
-
-def test_weights_saved_before_the_gate_read_the_evidence_load_with_the_state_only_gate():
-    """A bundle or checkpoint written before ``evidence`` existed loads (strictly) with zero
-    evidence weights: the gate it was trained with, read from the state alone."""
-    encoder = SequenceEncoder(
-        EncoderConfig(n_items=N_ITEMS, d_model=8, n_heads=2, repeat_head=True)
-    )
-    state = {k: v for k, v in encoder.state_dict().items() if k != "repeat.evidence"}
-    with torch.no_grad():
-        encoder.repeat.evidence.fill_(1.0)
-    encoder.load_state_dict(state)
-    head = encoder.repeat
-    assert torch.equal(head.evidence, torch.zeros(2))
-    hidden, b = torch.randn(2, 6, 8), batch()
-    log_g, log_not_g = head.log_gates(hidden, head.scores(hidden, b))
-    expected = head.gate(hidden).squeeze(-1)
-    torch.testing.assert_close(log_g, torch.nn.functional.logsigmoid(expected))
-    torch.testing.assert_close(log_not_g, torch.nn.functional.logsigmoid(-expected))

@@ -53,17 +53,10 @@ class RepeatHead(nn.Module):
         self.ago = nn.Embedding(n_time_buckets, 1) if time else None
         self.query_time = query_time
         self.gate = nn.Linear(d_model, 1)
-        # the gate's weights on the copy evidence (:meth:`log_gates`); zero: the state alone
-        self.evidence = nn.Parameter(torch.zeros(2))
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:
-        # weights saved before the gate read the copy evidence: zero weights, the gate they had
-        state_dict.setdefault(prefix + "evidence", torch.zeros(2))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def scores(self, hidden: Tensor, batch: Batch, at: Tensor | None = None) -> Tensor:
-        """``[B, Q, L]`` copy scores of the query positions ``at`` (``[B, Q]``; default every
-        position, Q = L) over the events of the history, ``-inf`` where copying is not allowed.
+    def attention(self, hidden: Tensor, batch: Batch, at: Tensor | None = None) -> Tensor:
+        """``[B, Q, L]`` copy weights a_ij of the query positions ``at`` (``[B, Q]``; default every
+        position, Q = L): rows sum to 1 over the allowed j, 0 elsewhere.
 
         Position i may copy event j when j <= i, j is a real event and its item a real item.
         The ``[B, Q, L]`` biases are table lookups by plain indexing: ``nn.Embedding``'s backward
@@ -87,37 +80,14 @@ class RepeatHead(nn.Module):
                 query_ref = query_ref - batch.query_gaps.gather(1, rows_at)
             ago = batch.dt_ref[:, None, :] - query_ref[:, :, None]
             scores = scores + self.ago.weight[:, 0][time_bucket(ago, self.n_time_buckets)]
-        return scores.masked_fill(~allowed, float("-inf"))
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # a position with nothing to copy gets zeros (its gate mass then goes nowhere: see below)
+        return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
-    def attention(self, hidden: Tensor, batch: Batch, at: Tensor | None = None) -> Tensor:
-        """``[B, Q, L]`` copy weights a_ij (:meth:`scores` softmaxed): rows sum to 1 over the
-        allowed j, 0 elsewhere."""
-        return copy_weights(self.scores(hidden, batch, at))
-
-    def log_gates(self, hidden: Tensor, scores: Tensor) -> tuple[Tensor, Tensor]:
-        """``(log g, log(1 - g))``, each ``[B, Q]``, from the query positions' states ``hidden``
-        (``[B, Q, d]``) and their copy ``scores`` (``[B, Q, L]``).
-
-        The gate reads the state and the copy attention's evidence: how well the history matches
-        on average (the log-mean-exp of the scores: softmax ignores it, the gate need not) and how
-        much there is to copy (log of 1 + the count). The state alone sets the gate near the
-        log's average share of repeats, so at a position whose history does not match the copy
-        mass lifts an old item above a new target (issue 29's first slot)."""
-        allowed = scores > float("-inf")
-        count = allowed.sum(-1)
-        any_allowed = count > 0
-        # a row with nothing to copy reads 0 (its scores set finite first: no NaN gradient)
-        lse = torch.logsumexp(scores.where(any_allowed[..., None], 0.0), dim=-1)
-        match = (lse - torch.log(count.clamp(min=1).float())).where(any_allowed, 0.0)
-        evidence = torch.stack([match, torch.log1p(count.float())], dim=-1)
-        logit = self.gate(hidden.float()).squeeze(-1) + evidence @ self.evidence
+    def log_gates(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """``(log g, log(1 - g))``, each ``[B, L]``."""
+        logit = self.gate(hidden.float()).squeeze(-1)
         return F.logsigmoid(logit), F.logsigmoid(-logit)
-
-
-def copy_weights(scores: Tensor) -> Tensor:
-    """Softmax of copy ``scores`` over the history; a row with nothing to copy gets zeros (its gate
-    mass then goes nowhere: see :func:`mixture_nll`)."""
-    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
 def mixture_nll(
@@ -132,13 +102,12 @@ def mixture_nll(
     keep = labels >= N_SPECIAL
     if not bool(keep.any()):
         return hidden.float().sum() * 0.0
-    scores = head.scores(hidden, batch)  # [B, L, L]
-    copy = copy_weights(scores)
+    copy = head.attention(hidden, batch)  # [B, L, L]
     # copy mass on the target's occurrences at every position, then the kept rows: dense
     # [B, L, L] products are cheaper than gathering [N, L] rows of ``copy`` (and scattering back)
     match = batch.items[:, None, :] == labels[:, :, None]  # [B, L, L]: occurrences of the target
     copied_all = (copy * match).sum(-1)  # [B, L]
-    log_g, log_not_g = head.log_gates(hidden, scores)
+    log_g, log_not_g = head.log_gates(hidden)
     rows, cols = keep.nonzero(as_tuple=True)
     targets = labels[rows, cols]
     h = hidden[rows, cols]
@@ -155,13 +124,13 @@ def mixture_log_scores(head: RepeatHead, hidden: Tensor, batch: Batch, logits: T
     catalogue ``logits`` there (specials already -inf)."""
     rows = torch.arange(len(batch), device=hidden.device)
     last = (batch.lengths - 1).clamp(min=0)
-    scores = head.scores(hidden, batch, last[:, None])  # [B, 1, L]: newest position only
-    copy = copy_weights(scores)[:, 0]
-    log_g, log_not_g = (g[:, 0] for g in head.log_gates(hidden[rows, last][:, None], scores))
+    copy = head.attention(hidden, batch, last[:, None])[:, 0]  # [B, L], newest position only
+    log_g, log_not_g = head.log_gates(hidden)
     copied = torch.zeros_like(logits, dtype=torch.float32)
     copied.scatter_add_(1, batch.items, copy.float())
     catalogue = torch.log_softmax(logits.float(), dim=-1)
     return torch.logaddexp(
-        log_not_g[:, None] + catalogue,
-        log_g[:, None] + torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf),
+        log_not_g[rows, last][:, None] + catalogue,
+        log_g[rows, last][:, None]
+        + torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf),
     )
