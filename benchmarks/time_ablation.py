@@ -162,15 +162,15 @@ def baselines(config: dict, data: dict, filter_seen: bool) -> dict[str, float]:
     return baseline_metrics(train, test, ks=(10, 20), filter_seen=filter_seen)
 
 
-def epoch_seconds(run_dir: Path) -> float:
-    """Median wall time between consecutive validation epochs (train + validate), from the
-    TensorBoard event file's timestamps."""
+def epoch_seconds(run_dir: Path, every: int) -> float:
+    """Median wall time between consecutive validations (train + validate), from the
+    TensorBoard event file's timestamps, per epoch (validation every ``every`` epochs)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
     times = [e.wall_time for e in events.Scalars("val/ndcg@10")]
-    return float(np.median(np.diff(times))) if len(times) > 1 else float("nan")
+    return float(np.median(np.diff(times))) / every if len(times) > 1 else float("nan")
 
 
 def train(
@@ -208,18 +208,21 @@ def train(
     run_dir = max((out / "runs").glob("*/*/metrics.csv"), key=os.path.getmtime).parent
     metrics = pd.read_csv(run_dir / "metrics.csv")
     test = metrics.dropna(subset=["test/ndcg@10"]).iloc[-1]
-    val = metrics.dropna(subset=["val/ndcg@10"])["val/ndcg@10"].to_numpy()
+    validated = metrics.dropna(subset=["val/ndcg@10"])
+    val, val_epochs = validated["val/ndcg@10"].to_numpy(), validated["epoch"].to_numpy()
+    every = int(np.median(np.diff(val_epochs))) if len(val) > 1 else 1
     result = {
         "variant": variant,
         "seed": seed,
         "overrides": VARIANTS[variant],
         "extra": extra,
         **{f"test/{m}": float(test.get(f"test/{m}", "nan")) for m in METRICS},
-        "epochs": int(len(val)),
-        "best_val_epoch": int(val.argmax()) + 1,
+        "epochs": int(test["epoch"]),  # the test row is logged at the epoch count
+        "val_every": every,
+        "best_val_epoch": int(val_epochs[val.argmax()]) + 1,
         "best_val_ndcg@10": float(val.max()),
         "last_val_ndcg@10": float(val[-1]),
-        "epoch_s": epoch_seconds(run_dir),
+        "epoch_s": epoch_seconds(run_dir, every),
         "wall_s": wall,
         "run_dir": str(run_dir),
     }
@@ -240,7 +243,10 @@ def early_stop(val: np.ndarray, patience: int, min_share: float) -> tuple[int, f
 
 
 def stopping(group: pd.DataFrame, patience: int, min_share: float) -> str:
-    """Median stop epoch and the worst missed validation NDCG@10 of a variant's runs."""
+    """Median stop epoch and the worst missed validation NDCG@10 of a variant's runs; "—" for
+    runs that did not validate every epoch (the simulation reads one value per epoch)."""
+    if any(group.get("val_every", pd.Series([1])).fillna(1) != 1):
+        return "—"
     stops = []
     for run_dir in group["run_dir"]:
         metrics = pd.read_csv(Path(run_dir) / "metrics.csv")
