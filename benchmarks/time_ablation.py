@@ -378,7 +378,7 @@ def main() -> None:
         f"data overrides; every run trains all {max_epochs} epochs (early stopping off) and the "
         f"{'last epoch' if kept == 'last' else 'best validation NDCG@10'} checkpoint is tested "
         f"(`early_stopping.keep: {kept}`). Leave-one-out, full ranking. s / epoch: "
-        "median wall time between validation epochs (train + validate).",
+        "median wall time between validations (train + validate) per epoch.",
         "",
     ]
     for name in args.datasets:
