@@ -220,28 +220,31 @@ def scores(
     return {"n_rows": result.n_rows, "folds": {k: v.tolist() for k, v in result.folds.items()}}
 
 
-def probes(task: str, linear_tasks: list[str], tree_tasks: list[str]) -> list[str]:
-    return [m for m, on in (("linear", linear_tasks), ("trees", tree_tasks)) if task in on]
+def probe_plan(
+    tasks: list[str], linear_tasks: list[str], tree_tasks: list[str]
+) -> dict[str, list[str]]:
+    """Task -> the probes it runs: linear where listed in ``linear_tasks``, trees in ``tree_tasks``."""
+    pairs = (("linear", linear_tasks), ("trees", tree_tasks))
+    return {task: [m for m, listed in pairs if task in listed] for task in tasks}
 
 
 def evaluate(
-    tasks: dict[str, str],
-    linear_tasks: list[str],
-    tree_tasks: list[str],
+    plan: dict[str, list[str]],
     labels: pd.DataFrame,
     aggregates: pd.DataFrame,
     embeddings: pd.DataFrame | None,
     on: list[str],
     cache: ScoreCache,
 ) -> dict[str, dict[str, dict]]:
-    """``task/probe`` -> feature set -> scores, on the rows every feature set covers. Without
+    """``task/probe`` (from ``plan``: :func:`probe_plan`) -> feature set -> scores, on the rows
+    every feature set covers. Without
     ``embeddings`` only the aggregates' scores are computed (into ``cache``): they do not depend
     on the seed, so they can be computed while the models train."""
     both = aggregates if embeddings is None else aggregates.merge(embeddings, on=on, how="inner")
     out = {}
-    for task in tasks:
+    for task, models in plan.items():
         rows = labels[labels[task].notna()][[*on, task]].merge(both[on], on=on, how="inner")
-        for model in probes(task, linear_tasks, tree_tasks):
+        for model in models:
             key = f"{task}/{model}"
             compute = functools.partial(scores, aggregates, rows, task, on, model)
             cached = cache.get(f"{key}:{len(rows)}", compute)
@@ -393,16 +396,16 @@ def main() -> None:
     cache, sample_cache = ScoreCache(work / "aggregate_scores.json"), ScoreCache(None)
     tree_tasks = dataset.tree_tasks if args.tree_tasks is None else args.tree_tasks
     linear_tasks = list(tasks) if args.linear_tasks is None else args.linear_tasks
+    plan = probe_plan(list(tasks), linear_tasks, tree_tasks)
+    sample_plan = {task: ["linear", "trees"] for task in SAMPLE_TASKS}
     if not args.seeds:
-        evaluate(tasks, linear_tasks, tree_tasks, labels, aggregates, None, on, cache)
+        evaluate(plan, labels, aggregates, None, on, cache)
         return
     runs, sample_runs, next_event, fit_s = [], [], [], []
     for bundle in args.bundles or []:
         next_event.append(run_table(bundle))
         embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-        runs.append(
-            evaluate(tasks, linear_tasks, tree_tasks, labels, aggregates, embeddings, on, cache)
-        )
+        runs.append(evaluate(plan, labels, aggregates, embeddings, on, cache))
     for seed in [] if args.bundles else args.seeds:
         if tasks:
             config = args.config or dataset.config
@@ -413,16 +416,14 @@ def main() -> None:
             next_event.append(table)
             print(f"seed {seed}: {args.data} trained in {wall:.0f} s ({bundle})", flush=True)
             embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
-            runs.append(
-                evaluate(tasks, linear_tasks, tree_tasks, labels, aggregates, embeddings, on, cache)
-            )
+            runs.append(evaluate(plan, labels, aggregates, embeddings, on, cache))
         if args.no_sample:
             continue
         bundle, wall, _ = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
         df = load_encoder(bundle, "cpu").encode(sample)[["entity_id", "embedding"]]
         sample_runs.append(
             evaluate(
-                SAMPLE_TASKS, list(SAMPLE_TASKS), list(SAMPLE_TASKS), sample_labels, sample_aggregates, df,
+                sample_plan, sample_labels, sample_aggregates, df,
                 ["entity_id"], sample_cache,
             )
         )  # fmt: skip

@@ -245,7 +245,7 @@ def early_stop(val: np.ndarray, patience: int, min_share: float) -> tuple[int, f
 def stopping(group: pd.DataFrame, patience: int, min_share: float) -> str:
     """Median stop epoch and the worst missed validation NDCG@10 of a variant's runs; "—" for
     runs that did not validate every epoch (the simulation reads one value per epoch)."""
-    if any(group.get("val_every", pd.Series([1])).fillna(1) != 1):
+    if "val_every" in group and (group["val_every"].fillna(1) != 1).any():
         return "—"
     stops = []
     for run_dir in group["run_dir"]:
