@@ -210,7 +210,7 @@ def train(
     test = metrics.dropna(subset=["test/ndcg@10"]).iloc[-1]
     validated = metrics.dropna(subset=["val/ndcg@10"])
     val, val_epochs = validated["val/ndcg@10"].to_numpy(), validated["epoch"].to_numpy()
-    every = int(np.median(np.diff(val_epochs))) if len(val) > 1 else 1
+    every = int(val_epochs[0]) + 1  # the first validation ends epoch ``every``
     result = {
         "variant": variant,
         "seed": seed,
@@ -245,12 +245,12 @@ def early_stop(val: np.ndarray, patience: int, min_share: float) -> tuple[int, f
 def stopping(group: pd.DataFrame, patience: int, min_share: float) -> str:
     """Median stop epoch and the worst missed validation NDCG@10 of a variant's runs; "—" for
     runs that did not validate every epoch (the simulation reads one value per epoch)."""
-    if "val_every" in group and (group["val_every"].fillna(1) != 1).any():
-        return "—"
     stops = []
-    for run_dir in group["run_dir"]:
+    for run_dir, epochs in zip(group["run_dir"], group["epochs"], strict=True):
         metrics = pd.read_csv(Path(run_dir) / "metrics.csv")
         val = metrics.dropna(subset=["val/ndcg@10"])["val/ndcg@10"].to_numpy()
+        if len(val) != epochs:
+            return "—"
         stops.append(early_stop(val, patience, min_share))
     return f"{np.median([e for e, _ in stops]):.0f} / {max(loss for _, loss in stops):.4f}"
 
@@ -375,7 +375,8 @@ def main() -> None:
         f"--max-epochs {max_epochs} --jobs {args.jobs}{' -- ' + ' '.join(args.extra) if args.extra else ''}` on {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} thread(s) per run, "
         f"{args.jobs} run(s) at once. Config `{config_path.relative_to(ROOT)}` with each data set's "
-        f"data overrides; every run trains all {max_epochs} epochs (early stopping off) and the "
+        f"data overrides; every run trains its whole schedule ({max_epochs} epochs, or "
+        f"`trainer.max_steps` where that comes first; early stopping off) and the "
         f"{'last epoch' if kept == 'last' else 'best validation NDCG@10'} checkpoint is tested "
         f"(`early_stopping.keep: {kept}`). Leave-one-out, full ranking. s / epoch: "
         "median wall time between validations (train + validate) per epoch.",

@@ -171,6 +171,30 @@ def test_early_stopping_keep_last_runs_the_schedule_and_keeps_its_end(
     assert metrics["test/ndcg@10"].notna().sum() == 1
 
 
+def test_max_steps_ends_the_schedule_mid_epoch_and_keeps_that_step(tmp_path, monkeypatch, capsys):
+    """``trainer.max_steps`` (``clicks.yaml``'s cap for large logs) ends training inside an epoch:
+    the cosine schedule reaches zero at that step, and ``keep: last`` tests and bundles the
+    weights of that step, not of the last whole epoch."""
+    events = generate_events(100, n_items=30, seed=1, max_events=40)
+    events.to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(
+        [
+            "fit", "--data.path", "events.parquet", "--trainer.enable_progress_bar", "false",
+            "--data.history_len", "16", "--data.batch_size", "16", "--model.encoder.d_model", "16",
+            "--model.warmup_steps", "2", "--trainer.max_epochs", "4", "--trainer.max_steps", "20",
+            "--early_stopping.keep", "last",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    checkpoint = Path(next(line for line in out if line.startswith("checkpoint: ")).split(": ")[1])
+    state = torch.load(checkpoint, weights_only=True)
+    assert checkpoint.name == "last.ckpt"
+    assert state["global_step"] == 20
+    assert state["epoch"] == 1  # 13 steps per epoch: the 20th is inside the second
+    assert state["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_fit_without_trainable_entities_fails_before_training(tmp_path, monkeypatch, capsys):
     events = generate_events(20, n_items=10, seed=0, max_events=3)  # at most 3 events each
     events.to_parquet(tmp_path / "events.parquet")
