@@ -176,20 +176,13 @@ def test_max_steps_ends_the_schedule_mid_epoch_and_keeps_that_step(tmp_path, mon
     the cosine schedule reaches zero at that step, and ``keep: last`` tests and bundles the
     weights of that step, not of the last whole epoch."""
     events = generate_events(100, n_items=30, seed=1, max_events=40)
-    events.to_parquet(tmp_path / "events.parquet")
-    monkeypatch.chdir(tmp_path)
-    main(
-        [
-            "fit", "--data.path", "events.parquet", "--trainer.enable_progress_bar", "false",
-            "--data.history_len", "16", "--data.batch_size", "16", "--model.encoder.d_model", "16",
-            "--model.warmup_steps", "2", "--trainer.max_epochs", "4", "--trainer.max_steps", "20",
-            "--early_stopping.keep", "last",
-        ]
+    run = fit_run(
+        tmp_path, monkeypatch, capsys, events,
+        "--data.history_len", "16", "--data.batch_size", "16", "--model.encoder.d_model", "16",
+        "--model.warmup_steps", "2", "--trainer.max_epochs", "4", "--trainer.max_steps", "20",
+        "--early_stopping.keep", "last",
     )  # fmt: skip
-    out = capsys.readouterr().out.splitlines()
-    checkpoint = Path(next(line for line in out if line.startswith("checkpoint: ")).split(": ")[1])
-    state = torch.load(checkpoint, weights_only=True)
-    assert checkpoint.name == "last.ckpt"
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 20
     assert state["epoch"] == 1  # 13 steps per epoch: the 20th is inside the second
     assert state["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-9)
