@@ -237,9 +237,9 @@ def evaluate(
     cache: ScoreCache,
 ) -> dict[str, dict[str, dict]]:
     """``task/probe`` (from ``plan``: :func:`probe_plan`) -> feature set -> scores, on the rows
-    every feature set covers. Without
-    ``embeddings`` only the aggregates' scores are computed (into ``cache``): they do not depend
-    on the seed, so they can be computed while the models train."""
+    every feature set covers. Without ``embeddings`` only the aggregates' scores are computed
+    (into ``cache``): they do not depend on the seed, so they can be computed while the models
+    train."""
     both = aggregates if embeddings is None else aggregates.merge(embeddings, on=on, how="inner")
     out = {}
     for task, models in plan.items():

@@ -285,7 +285,6 @@ def test_resume_applies_the_options_that_keep_the_weights_shapes(tmp_path, monke
     """A resumed run trains with the learning rate, dropout and weight decay given (Lightning put
     the checkpoint's back silently, in the model and in the optimizer's restored state); options
     not given are the checkpoint's (d_model 8, not the default)."""
-
     events, last = trained(tmp_path, monkeypatch, capsys)
     resumed = fit_run(
         tmp_path, monkeypatch, capsys, events, "--data.history_len", "8", "--trainer.max_epochs", "2",
@@ -372,7 +371,6 @@ def test_a_checkpoint_written_before_the_encoder_section_resumes(tmp_path, monke
     """A checkpoint as seqenc wrote it before the lengths were named: flat model options (None for
     the automatic ones), ``max_len`` in the encoder configuration and the data spec. It resumes
     with its own options (d_model 8) and turns into a bundle."""
-
     from seqenc.checkpoint import bundle_from_checkpoint
     from seqenc.inference import load_encoder
 
