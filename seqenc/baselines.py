@@ -26,7 +26,6 @@ from seqenc.data.vocab import N_SPECIAL
 from seqenc.metrics import RankingMetrics
 
 BASELINES = ("popularity", "repeat")
-_BLOCK_CELLS = 1 << 22  # samples x items per dense score block (32 MiB of float64)
 
 
 def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndarray:
@@ -36,34 +35,52 @@ def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndar
     return np.bincount(train_view.store.items[event], minlength=max(minlength, n_items or 0))
 
 
-def popularity_scores(counts: np.ndarray) -> np.ndarray:
-    """``[n_items]`` float64 strict popularity scores: more counts first, then smaller ids; the
-    special ids are ``-inf``. Distinct values, so the pessimistic tie rule never applies."""
+def popularity_ranks(counts: np.ndarray) -> np.ndarray:
+    """``[n_items]`` int64 0-based popularity rank of each real item: more counts first, then
+    smaller ids (distinct, so no ties); the special ids rank behind every real item."""
     order = np.lexsort((np.arange(len(counts)), -counts))  # count descending, then id ascending
-    scores = np.empty(len(counts), dtype=np.float64)
-    scores[order] = np.arange(len(counts), 0, -1, dtype=np.float64)
-    scores[:N_SPECIAL] = -np.inf
-    return scores
+    order = order[order >= N_SPECIAL]
+    ranks = np.full(len(counts), len(counts), dtype=np.int64)
+    ranks[order] = np.arange(len(order))
+    return ranks
 
 
-def _block_scores(
-    view: SequenceView, idx: np.ndarray, popularity: np.ndarray, method: str, filter_seen: bool
-) -> torch.Tensor:
-    """``[len(idx), n_items]`` float64 scores of one block of samples."""
-    scores = np.broadcast_to(popularity, (len(idx), len(popularity))).copy()
-    sample, event = flat_events(view, idx)
+def target_ranks(
+    method: str, view: SequenceView, popularity: np.ndarray, filter_seen: bool
+) -> np.ndarray:
+    """``[len(view)]`` float64 0-based rank of each target under a baseline, ``inf`` if filtered.
+
+    Computed from each history's distinct items, never a score per catalogue item: popularity
+    ranks the target by its popularity rank, less the seen items ahead of it when they are
+    filtered; repeat-recent puts the history first (the last used first), then popularity.
+    """
+    target = view.store.items[view.targets]
+    sample, event = flat_events(view, np.arange(len(view)))
     items = view.store.items[event]
-    if method == "repeat":
-        # Seen items above every popularity score (which lie in 1..n_items), ordered by the
-        # position of their last use; events are oldest first, so the maximum is the last use.
-        position = (event - view.starts[idx][sample] + 1).astype(np.float64)
-        seen_score = np.zeros_like(scores)
-        np.maximum.at(seen_score, (sample, items), position)
-        scores = np.where(seen_score > 0, len(popularity) + seen_score, scores)
-        scores[:, :N_SPECIAL] = -np.inf
-    if filter_seen:
-        scores[sample, items] = -np.inf
-    return torch.from_numpy(scores)
+    real = items >= N_SPECIAL
+    sample, event, items = sample[real], event[real], items[real]
+    # each history's distinct items with their last use (events are oldest first)
+    order = np.lexsort((event, items, sample))
+    sample, event, items = sample[order], event[order], items[order]
+    last = np.ones(len(sample), dtype=bool)
+    last[:-1] = (sample[1:] != sample[:-1]) | (items[1:] != items[:-1])
+    sample, event, items = sample[last], event[last], items[last]
+    n = len(view)
+    is_target = items == target[sample]
+    seen = np.bincount(sample[is_target], minlength=n) > 0
+    more_popular = np.bincount(
+        sample, weights=popularity[items] < popularity[target[sample]], minlength=n
+    )
+    rank = (popularity[target] - more_popular).astype(np.float64)  # among the unseen items
+    if method == "repeat" and not filter_seen:
+        target_use = np.zeros(n, dtype=np.int64)
+        target_use[sample[is_target]] = event[is_target]
+        used_later = np.bincount(sample, weights=event > target_use[sample], minlength=n)
+        distinct = np.bincount(sample, minlength=n)
+        rank = np.where(seen, used_later, distinct + rank)
+    elif method == "popularity" and not filter_seen:
+        rank = popularity[target].astype(np.float64)
+    return np.where((target < N_SPECIAL) | (seen & filter_seen), np.inf, rank)
 
 
 def ranking_metrics(
@@ -85,14 +102,10 @@ def ranking_metrics(
     if eval_view.targets is None:
         raise ValueError("the evaluation view has no targets (use the val or test split)")
     n_items = max(len(counts), int(eval_view.store.items.max(initial=0)) + 1)
-    popularity = popularity_scores(np.pad(counts, (0, n_items - len(counts))))
+    popularity = popularity_ranks(np.pad(counts, (0, n_items - len(counts))))
     metrics = RankingMetrics(ks)
-    block = max(1, _BLOCK_CELLS // n_items)
-    for begin in range(0, len(eval_view), block):
-        idx = np.arange(begin, min(begin + block, len(eval_view)))
-        scores = _block_scores(eval_view, idx, popularity, method, filter_seen)
-        target = torch.from_numpy(eval_view.store.items[eval_view.targets[idx]])
-        metrics.update(scores, target)
+    ranks = target_ranks(method, eval_view, popularity, filter_seen)
+    metrics.update(None, ranks=torch.from_numpy(ranks))
     values = metrics.compute()
     values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
     return {name: float(value) for name, value in values.items()}

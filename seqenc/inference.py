@@ -180,14 +180,13 @@ class Encoder(LoadedBundle):
         batch = batch.to(self.device)
         device = batch.items.device
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = self.model.item_scores(batch)  # with the repeat head: the mixture
-        if filter_seen:
-            logits[batch.seen[0], batch.seen[1]] = -torch.inf
-        top = logits.topk(k, dim=1)
+            scorer = self.model.next_item_scorer(batch)  # with the repeat head: the mixture
+        scorer.seen = batch.seen if filter_seen else None
+        scores, items = scorer.top_k(k)  # a chunk of the catalogue at a time
         return (
             batch.index.cpu().numpy().repeat(k),
-            top.indices.cpu().numpy().ravel(),
-            top.values.float().cpu().numpy().ravel(),
+            items.cpu().numpy().ravel(),
+            scores.float().cpu().numpy().ravel(),
         )
 
 

@@ -38,24 +38,32 @@ class RankingMetrics(Metric):
         self.add_state("count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(
-        self, scores: torch.Tensor, target: torch.Tensor, repeat: torch.Tensor | None = None
+        self,
+        scores: torch.Tensor | None,
+        target: torch.Tensor | None = None,
+        repeat: torch.Tensor | None = None,
+        ranks: torch.Tensor | None = None,
     ) -> None:
-        """``scores``: ``[B, n_items]`` (filtered items set to -inf); ``target``: ``[B]`` item ids;
-        ``repeat``: ``[B]`` bool, whether each target already occurs in its history.
+        """``scores``: ``[B, n_items]`` (filtered items set to -inf) with ``target``: ``[B]`` item
+        ids; or ``scores=None`` and ``ranks``: ``[B]`` 0-based ranks already computed (``inf`` for
+        a filtered target; the chunked ranking of :mod:`seqenc.model.ranking`). ``repeat``:
+        ``[B]`` bool, whether each target already occurs in its history.
 
         A target scored -inf (filtered out, e.g. a repeated item under the seen-item filter) is a
         miss at every K and adds 0 to MRR, however small the catalogue.
         """
-        rank = target_ranks(scores, target).double()
-        filtered = scores.gather(1, target[:, None]).squeeze(1) == -torch.inf
-        rank = rank.masked_fill(filtered, torch.inf)
+        if scores is not None:
+            ranks = target_ranks(scores, target).double()
+            filtered = scores.gather(1, target[:, None]).squeeze(1) == -torch.inf
+            ranks = ranks.masked_fill(filtered, torch.inf)
+        rank = ranks.double()
         for k in self.hit_ks:
             setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + (rank < k).sum())
         for k in self.ks:
             gain = torch.where(rank < k, 1.0 / torch.log2(rank + 2.0), torch.zeros_like(rank))
             setattr(self, f"ndcg_{k}", getattr(self, f"ndcg_{k}") + gain.sum())
         self.mrr += (1.0 / (rank + 1.0)).sum()
-        self.count += target.numel()
+        self.count += rank.numel()
         if repeat is not None:
             self.repeats += repeat.sum()
 

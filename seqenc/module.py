@@ -19,8 +19,16 @@ from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
+from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
+from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
-from seqenc.run_options import REPEAT_SHARE, check_options, resolve_encoder, shape_mismatch
+from seqenc.run_options import (
+    REPEAT_SHARE,
+    check_options,
+    resolve_encoder,
+    resolve_loss,
+    shape_mismatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +49,14 @@ class SeqencModule(pl.LightningModule):
             ``REPEAT_SHARE`` of the events repeat an earlier item of their entity
             (``spec.repeat_share``). :attr:`config` holds the resolved configuration, and so do
             the saved hyper-parameters.
-        loss: ``"ce"`` (full softmax), ``"sampled_softmax"``, ``"bce"`` or ``"gbce"``.
+        loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (shared
+            sampled candidates, logQ-corrected; cost independent of the catalogue), ``"bce"`` or
+            ``"gbce"``. ``"auto"`` (the default): full softmax below ``SAMPLED_FROM_ITEMS`` real
+            items, sampled softmax from there (:func:`~seqenc.run_options.resolve_loss`; the fit
+            prints the choice). The repeat head's mixture takes ``"ce"`` or ``"sampled_softmax"``
+            for its catalogue part. Saved resolved.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
-            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`); refused with the
-            repeat head, whose mixture loss takes none.
+            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective;
             ``mask_last_prob`` of the training rows get one [MASK] on their newest event only
             (see :func:`~seqenc.model.masking.mask_items`). Refused, unless left at their
@@ -69,7 +81,7 @@ class SeqencModule(pl.LightningModule):
         spec: DataSpec,
         objective: Literal["causal", "masked"] = "causal",
         encoder: EncoderConfig = EncoderConfig(),  # noqa: B008 (never mutated)
-        loss: Literal["ce", "sampled_softmax", "bce", "gbce"] = "ce",
+        loss: Literal["auto", "ce", "sampled_softmax", "bce", "gbce"] = "auto",
         loss_options: dict[str, Any] | None = None,
         mask_prob: float = Masked.mask_prob,
         replace_rule: bool = Masked.replace_rule,
@@ -94,12 +106,17 @@ class SeqencModule(pl.LightningModule):
         if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
             encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
         self.config = resolve_encoder(encoder, spec, self.objective)
-        check_options(dict(self.hparams), self.config, objective)
+        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
+        check_options(dict(self.hparams) | {"loss": self.loss}, self.config, objective)
         repeats = spec.repeat_share >= REPEAT_SHARE
         self.filter_seen = not repeats if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
-        self.hparams.update(encoder=asdict(self.config), filter_seen=self.filter_seen)
+        self.hparams.update(
+            encoder=asdict(self.config), filter_seen=self.filter_seen, loss=self.loss
+        )
         self.encoder = SequenceEncoder(self.config)
+        # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
+        self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         self.val_metrics = RankingMetrics(ks)
         self.test_metrics = RankingMetrics(ks)
 
@@ -123,12 +140,13 @@ class SeqencModule(pl.LightningModule):
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
         weight = self.encoder.item_embedding.weight
+        options = hp.loss_options or {}
         if self.encoder.repeat is not None:
-            loss = mixture_nll(self.encoder.repeat, hidden, inputs, weight, labels)
-        else:
-            loss = compute_loss(
-                hp.loss, hidden[keep], weight, labels[keep], **(hp.loss_options or {})
+            loss = mixture_nll(
+                self.encoder.repeat, hidden, inputs, weight, labels, self.loss, **options
             )
+        else:
+            loss = compute_loss(self.loss, hidden[keep], weight, labels[keep], **options)
         self.log("train/next_item", loss, batch_size=int(keep.sum()))
         return loss
 
@@ -143,7 +161,7 @@ class SeqencModule(pl.LightningModule):
         decay, no_decay = [], []
         for param in self.parameters():
             (decay if param.ndim >= 2 else no_decay).append(param)
-        optimizer = torch.optim.AdamW(
+        optimizer = RowSparseAdamW(
             [
                 {"params": decay, "weight_decay": self.hparams.weight_decay},
                 {"params": no_decay, "weight_decay": 0.0},
@@ -165,6 +183,20 @@ class SeqencModule(pl.LightningModule):
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
 
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Norm clipping that also counts the item table's sparse gradient (torch's does not)."""
+        if gradient_clip_algorithm not in (None, "norm"):
+            raise SeqencError(
+                f"trainer.gradient_clip_algorithm {gradient_clip_algorithm!r}: only 'norm' is supported"
+            )
+        if gradient_clip_val:
+            clip_grad_norm(self.parameters(), gradient_clip_val)
+
     # ---- evaluation -----------------------------------------------------------------------
     def item_scores(self, batch: Batch, filter_seen: bool) -> torch.Tensor:
         """``[B, n_items]`` float32 scores of every item for each history; specials are -inf.
@@ -172,20 +204,24 @@ class SeqencModule(pl.LightningModule):
         ``filter_seen`` removes every item of the history, the target included: a repeated
         target is then a miss, so the filter cannot depend on the answer.
         """
-        scores = self.encoder.item_scores(batch).float()
-        scores[:, :N_SPECIAL] = -torch.inf
-        if filter_seen and batch.seen is not None:
-            scores[batch.seen[0], batch.seen[1]] = -torch.inf
-        return scores
+        scorer = self.scorer(batch, filter_seen)
+        return scorer.scores(0, scorer.n_items)
+
+    def scorer(self, batch: Batch, filter_seen: bool) -> NextItemScorer:
+        """The batch's next-item scorer, with the history's items filtered if ``filter_seen``."""
+        scorer = self.encoder.next_item_scorer(batch)
+        if filter_seen:
+            scorer.seen = batch.seen
+        return scorer
 
     def _evaluate(self, batch: Batch, metrics: RankingMetrics) -> None:
-        seen = torch.zeros(
-            len(batch), self.config.n_items, dtype=torch.bool, device=batch.items.device
-        )
+        """Full ranking of the batch's targets, the catalogue scored a chunk at a time."""
+        ranks = self.scorer(batch, self.filter_seen).target_ranks(batch.target)
+        repeat = torch.zeros(len(batch), dtype=torch.bool, device=batch.items.device)
         if batch.seen is not None:
-            seen[batch.seen[0], batch.seen[1]] = True
-        repeat = seen[torch.arange(len(batch), device=seen.device), batch.target]
-        metrics.update(self.item_scores(batch, self.filter_seen), batch.target, repeat)
+            rows, items = batch.seen
+            repeat[rows[items == batch.target[rows]]] = True
+        metrics.update(None, repeat=repeat, ranks=ranks)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -235,6 +271,7 @@ class SeqencModule(pl.LightningModule):
                 group["weight_decay"] = decay
 
     def on_fit_start(self) -> None:
+        log.info("loss: %s (%s)", self.loss, self.loss_reason)
         log.info(
             "evaluation: leave-one-out, full ranking over %d items, seen items %s",
             self.config.n_items - N_SPECIAL,

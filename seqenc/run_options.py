@@ -12,6 +12,9 @@ from seqenc.model.encoder import EncoderConfig
 from seqenc.model.objectives import Causal, Masked
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
+# From this many real items on, ``loss: auto`` trains with the sampled softmax: below it the full
+# softmax is at most about as costly per step (benchmarks/bench_scale.py --crossover measures it).
+SAMPLED_FROM_ITEMS = 20_000
 # Options that set which weights the model has and their shapes: a resumed run keeps them.
 SHAPE_OPTIONS = (
     "d_model",
@@ -141,6 +144,22 @@ def resolve_encoder(
     )
 
 
+def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
+    """``(loss, why)``: ``"auto"`` resolved by the catalogue's size (:data:`SAMPLED_FROM_ITEMS`),
+    any other name kept; ``why`` is the line the fit prints."""
+    if loss != "auto":
+        return loss, "set by model.loss"
+    if n_real_items >= SAMPLED_FROM_ITEMS:
+        return "sampled_softmax", (
+            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}, the full softmax would cost "
+            "more per step than the sampled one; set model.loss ce to force it"
+        )
+    return "ce", (
+        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}, the exact softmax costs at most "
+        "about as much as a sampled one; set model.loss sampled_softmax to force it"
+    )
+
+
 def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
     """Refuse, in one line, an option that would be ignored or that cannot train."""
     if encoder.recency:
@@ -148,15 +167,16 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "model.encoder.recency is the input of bundles written before query_time, kept to "
             "load them; a new model cannot train with it (it leaks the window's end)"
         )
-    if encoder.repeat_head and options["loss"] != "ce":
+    if encoder.repeat_head and options["loss"] not in ("ce", "sampled_softmax"):
         raise SeqencError(
-            f"the repeat head trains with the full softmax only (model.loss: ce), got "
-            f"{options['loss']!r}; or set model.encoder.repeat_head false"
+            f"the repeat head's mixture needs a normalised catalogue term (model.loss: ce or "
+            f"sampled_softmax), got {options['loss']!r}; or set model.encoder.repeat_head false"
         )
-    if encoder.repeat_head and options["loss_options"]:
+    if encoder.repeat_head and options["loss"] == "ce" and options["loss_options"]:
         raise SeqencError(
-            f"model.loss_options {options['loss_options']} would be ignored: the repeat head "
-            "trains with its own mixture loss; drop them, or set model.encoder.repeat_head false"
+            f"model.loss_options {options['loss_options']} would be ignored: the repeat head's "
+            "mixture computes its exact catalogue term itself; drop them, or set "
+            "model.loss sampled_softmax"
         )
     masking = [
         k

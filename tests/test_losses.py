@@ -16,6 +16,7 @@ from seqenc.model.losses import (
     full_softmax_ce,
     gbce,
     sampled_softmax,
+    target_log_softmax,
 )
 
 N_SPECIAL = 3
@@ -215,3 +216,47 @@ def test_every_loss_handles_no_rows(name: str) -> None:
     loss = compute_loss(name, hidden, weight, torch.full_like(targets, -100))
     assert loss.item() == 0.0 and not math.isnan(loss.item())
     loss.backward()
+
+
+def test_mixed_sampler_weights_each_candidate_by_its_expected_count_under_both_proposals():
+    hidden, weight, targets = make_case()
+    targets[[0, 2, 3]] = 9
+    loss = sampled_softmax(hidden, weight, targets, 40, "mixed", torch.Generator().manual_seed(4))
+    kept = targets[targets >= N_SPECIAL]
+    gen = torch.Generator().manual_seed(4)
+    from_batch = kept[torch.randint(0, len(kept), (20,), generator=gen)]
+    uniform = torch.randint(N_SPECIAL, 29, (20,), generator=gen)
+    negatives = torch.cat([from_batch, uniform])
+    # balance heuristic: E[copies of j] = 20 * count_j / N + 20 / 26, written as K * q_j
+    q = torch.tensor(
+        [((kept == j).sum().item() / len(kept) + 1 / 26) / 2 for j in negatives.tolist()],
+        dtype=torch.float64,
+    )
+    expected = logq_reference(hidden, weight, targets, negatives, q)
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sampled_item_gradients_are_sparse_rows():
+    hidden, weight, targets = make_case()
+    sampled_softmax(
+        hidden, weight, targets, 8, "mixed", torch.Generator().manual_seed(1)
+    ).backward()
+    assert weight.grad.is_sparse
+    touched = set(weight.grad.coalesce().indices()[0].tolist())
+    assert touched <= set(range(N_SPECIAL, 29)) and len(touched) < 29 - N_SPECIAL
+
+
+def test_target_log_softmax_exact_and_sampled_estimate():
+    hidden, weight, targets = make_case(n_items=15)
+    keep = targets >= N_SPECIAL
+    h, t = hidden[keep], targets[keep]
+    exact = target_log_softmax(h, weight, t, "ce")
+    naive = torch.log_softmax(h @ weight[N_SPECIAL:].T, 1).gather(1, (t - N_SPECIAL)[:, None])[:, 0]
+    torch.testing.assert_close(exact, naive, rtol=1e-5, atol=1e-5)
+    gen = torch.Generator().manual_seed(0)
+    estimate = target_log_softmax(
+        h, weight, t, "sampled_softmax", n_negatives=100_000, generator=gen
+    )
+    torch.testing.assert_close(estimate, naive, rtol=0, atol=0.03)
+    with pytest.raises(SeqencError, match="normalised catalogue term"):
+        target_log_softmax(h, weight, t, "gbce")

@@ -13,6 +13,7 @@ from seqenc.model.batch import Batch
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.masking import IGNORE
 from seqenc.model.objectives import Causal
+from seqenc.model.optim import RowSparseAdamW
 from seqenc.module import SeqencModule
 
 # 10 real items + 3 specials = 13 ids, with time, no event features
@@ -103,6 +104,34 @@ def test_training_step_runs_both_objectives():
         assert module.encoder.item_embedding.weight.grad.abs().sum() > 0
 
 
+def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monkeypatch):
+    """``loss: auto`` by catalogue size (the threshold moved to 10 real items here), saved
+    resolved; under the sampled term the item table gets a sparse gradient, which the module's
+    clipping and optimiser take, and the step changes only the rows the batch read."""
+    import seqenc.run_options as run_options
+
+    assert SeqencModule(SPEC, encoder=SMALL).loss == "ce"
+    monkeypatch.setattr(run_options, "SAMPLED_FROM_ITEMS", 10)
+    torch.manual_seed(0)
+    batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
+    for repeat in (False, True):
+        module = SeqencModule(SPEC, encoder=replace(SMALL, repeat_head=repeat), lr=0.1)
+        assert module.loss == module.hparams.loss == "sampled_softmax"
+        assert "10 items >= 10" in module.loss_reason
+        module.training_step(batch, 0).backward()
+        grad = module.encoder.item_embedding.weight.grad
+        assert grad.is_sparse
+        module.configure_gradient_clipping(None, 1.0, "norm")
+        before = module.encoder.item_embedding.weight.detach().clone()
+        optimizer = RowSparseAdamW(module.parameters(), lr=0.1)
+        optimizer.step()
+        moved = (module.encoder.item_embedding.weight.detach() != before).any(1)
+        assert set(moved.nonzero()[:, 0].tolist()) <= set(grad.coalesce().indices()[0].tolist())
+        assert moved[5:13].all() and not moved[:3].any()
+    explicit = SeqencModule(SPEC, encoder=SMALL, loss="ce")
+    assert explicit.loss == "ce" and explicit.loss_reason == "set by model.loss"
+
+
 def test_time_is_off_when_the_log_has_no_timestamps():
     untimed = DataSpec(EventSchema(timestamp=None), SPEC.vocabs, history_len=8)
     module = SeqencModule(untimed, encoder=replace(SMALL, time=True))
@@ -161,7 +190,10 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
             {"encoder": replace(SMALL, repeat_head=True), "loss_options": {"label_smoothing": 0.1}},
             "model.loss_options {'label_smoothing': 0.1} would be ignored",
         ),
-        ({"encoder": replace(SMALL, repeat_head=True), "loss": "bce"}, "full softmax only"),
+        (
+            {"encoder": replace(SMALL, repeat_head=True), "loss": "bce"},
+            "needs a normalised catalogue",
+        ),
         ({"mask_prob": 0.3}, "model.mask_prob would be ignored"),
         ({"objective": "masked", "encoder": replace(SMALL, repeat_head=True)}, "needs the causal"),
         (

@@ -9,7 +9,8 @@ import torch
 
 from seqenc.model.batch import Batch
 from seqenc.model.losses import chunked_logsumexp
-from seqenc.model.repeat import RepeatHead, mixture_log_scores, mixture_nll, step_bucket
+from seqenc.model.ranking import NextItemScorer
+from seqenc.model.repeat import RepeatHead, mixture_nll, newest_copy, step_bucket
 
 N_ITEMS = 12
 
@@ -69,10 +70,10 @@ def test_scores_are_the_mixture_at_the_newest_position():
     torch.manual_seed(1)
     head = RepeatHead(8, 16, time=True, query_time=True)
     hidden, weight, b = torch.randn(2, 6, 8), torch.randn(N_ITEMS, 8), batch()
-    rows = torch.arange(2)
-    logits = hidden[rows, b.lengths - 1] @ weight.T
-    logits[:, :3] = -torch.inf
-    scores = mixture_log_scores(head, hidden, b, logits)
+    state = hidden[torch.arange(2), b.lengths - 1]
+    scores = NextItemScorer(state, weight, b.items, *newest_copy(head, hidden, b)).scores(
+        0, N_ITEMS
+    )
     for r in range(2):
         i = int(b.lengths[r]) - 1
         for v in range(3, N_ITEMS):

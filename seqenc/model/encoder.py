@@ -20,8 +20,9 @@ from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
+from seqenc.model.ranking import NextItemScorer
 from seqenc.model.readout import entity_readout, newest_state
-from seqenc.model.repeat import RepeatHead, mixture_log_scores
+from seqenc.model.repeat import RepeatHead, newest_copy
 
 POSITIONALS = ("learned", "rope", "none")
 POOLINGS = ("last", "mean")
@@ -316,19 +317,25 @@ class SequenceEncoder(nn.Module):
 
     def item_scores(self, batch: Batch) -> Tensor:
         """``[B, n_items]`` float32 score of every item as each history's next event, specials -inf:
-        catalogue logits, or with the repeat head the log-probabilities of the mixture.
+        catalogue logits, or with the repeat head the log-probabilities of the mixture. For large
+        catalogues use :meth:`next_item_scorer`, which scores them a chunk at a time."""
+        return self.next_item_scorer(batch).scores(0, self.config.n_items)
+
+    def next_item_scorer(self, batch: Batch) -> NextItemScorer:
+        """What scores every item as each history's next event (:class:`NextItemScorer`).
 
         The next-item head reads the raw state at the newest position, the one it is trained on,
         whatever the entity readout (``pooling``, ``normalize``) is: one bundle serves both jobs,
         ranking with the next-event head and describing the entity with its own readout."""
         query = readout_objective(self.config.causal).query(batch)
         hidden, lengths = self.final_states(query, newest_only=self.repeat is None)
-        state = newest_state(hidden, lengths)
+        state = newest_state(hidden, lengths).float()
+        weight = self.item_embedding.weight
+        if self.repeat is None:
+            return NextItemScorer(state, weight)
         with torch.autocast(state.device.type, enabled=False):
-            logits = self.item_logits(state.float()).float()
-            if self.repeat is None:
-                return logits
-            return mixture_log_scores(self.repeat, hidden, query, logits)
+            copy, log_g, log_not_g = newest_copy(self.repeat, hidden.float(), query)
+        return NextItemScorer(state, weight, query.items, copy, log_g, log_not_g)
 
     def item_logits(self, hidden: Tensor) -> Tensor:
         """``[..., n_items]`` dot-product scores against the tied item table; the 3 special ids get -inf."""

@@ -7,7 +7,9 @@ candidates: the softmax runs over the real items ``weight[3:]`` only.
 
 - ``ce``: exact full softmax, fused with the output matmul and chunked over rows so the ``[N, n_items]``
   logit matrix never exists at once (gradients are computed during the forward pass).
-- ``sampled_softmax``: K shared negatives, uniform or drawn from the batch's targets, logQ-corrected.
+- ``sampled_softmax``: K negatives shared by the batch (half drawn from its targets, half uniform),
+  logQ-corrected, with sparse gradients for the item table: its cost does not grow with the
+  catalogue. :func:`target_log_softmax` gives either catalogue term per row (the repeat head's mixture).
 - ``bce``: SASRec's binary cross-entropy with one uniform negative per position.
 - ``gbce``: gSASRec's generalised BCE (Petrov & Macdonald, RecSys 2023) with k negatives per position.
 """
@@ -204,7 +206,65 @@ def chunked_logsumexp(hidden: Tensor, weight: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Sampled losses
+# Sampled catalogue term: its cost depends on the number of candidates, not of items
+
+SAMPLERS = ("mixed", "uniform", "in_batch")
+
+
+def sample_candidates(
+    targets: Tensor,
+    n_items: int,
+    n_negatives: int,
+    sampler: str = "mixed",
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``(candidates, log_count)``: ``[K]`` item ids shared by every row of a batch and the log of
+    each one's expected number of copies among the K draws, the logQ correction.
+
+    ``"in_batch"`` draws from the batch's ``targets`` (the item frequency as the batch sees it),
+    ``"uniform"`` from all real items, ``"mixed"`` half each (frequent items as hard negatives, the
+    tail still reached). For mixed draws the expected count is the sum over both proposals (the
+    balance heuristic of multiple importance sampling), which keeps the estimate unbiased.
+    """
+    if sampler not in SAMPLERS:
+        raise SeqencError(f"sampled_softmax: sampler={sampler!r} not in {SAMPLERS}")
+    if n_negatives < 1:
+        raise SeqencError(f"sampled_softmax: n_negatives={n_negatives} must be >= 1")
+    n_batch = {"mixed": n_negatives // 2, "uniform": 0, "in_batch": n_negatives}[sampler]
+    n_uniform = n_negatives - n_batch
+    device = targets.device
+    from_batch = targets[randint(0, len(targets), (n_batch,), generator, device)]
+    uniform = randint(N_SPECIAL, n_items, (n_uniform,), generator, device)
+    candidates = torch.cat([from_batch, uniform])
+    count = torch.full((len(candidates),), n_uniform / (n_items - N_SPECIAL), device=device)
+    if n_batch:
+        in_batch = torch.bincount(targets, minlength=n_items).float() * (n_batch / len(targets))
+        count = count + in_batch[candidates]
+    return candidates, count.log()
+
+
+def sampled_log_softmax(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    n_negatives: int = 256,
+    sampler: str = "mixed",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """``[N]`` float32 estimate of each row's ``log softmax(hidden @ weight[3:].T)`` at its target:
+    the exact target logit against ``log(e^{s+} + sum_j e^{s_j} / E[count_j])`` over the shared
+    candidates j (:func:`sample_candidates`), a candidate equal to the row's target dropped.
+
+    Rows must be kept rows (targets >= N_SPECIAL). Item vectors are gathered with sparse
+    gradients, so a step's update of the item table touches only the rows it read.
+    """
+    candidates, log_count = sample_candidates(
+        targets, weight.shape[0], n_negatives, sampler, generator
+    )
+    positive = (hidden * F.embedding(targets, weight, sparse=True)).sum(-1).float()
+    negative = (hidden @ F.embedding(candidates, weight, sparse=True).T).float() - log_count
+    negative = negative.masked_fill(candidates[None, :] == targets[:, None], float("-inf"))
+    return positive - torch.logaddexp(positive, torch.logsumexp(negative, dim=1))
 
 
 def sampled_softmax(
@@ -212,35 +272,40 @@ def sampled_softmax(
     weight: Tensor,
     targets: Tensor,
     n_negatives: int = 256,
-    sampler: str = "uniform",
+    sampler: str = "mixed",
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Softmax over the positive and ``n_negatives`` negatives shared by all rows, logQ-corrected.
-
-    ``sampler="uniform"`` draws negatives uniformly from the real items; ``"in_batch"`` draws them
-    from the batch's (kept) targets, so item ``j`` has probability ``q_j = count_j / N``. Each
-    negative's logit is corrected by ``-log(K * q_j)`` (its expected count among the K draws), which
-    makes the sampled denominator an unbiased estimate of the full softmax's; a negative equal to a
-    row's positive (accidental hit) is dropped from that row.
-    """
-    if sampler not in ("uniform", "in_batch"):
-        raise SeqencError(f"sampled_softmax: sampler={sampler!r} not in ('uniform', 'in_batch')")
+    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`)."""
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    n_items = weight.shape[0]
-    if sampler == "uniform":
-        negatives = randint(N_SPECIAL, n_items, (n_negatives,), generator, h.device)
-        log_q = torch.full((n_negatives,), -math.log(n_items - N_SPECIAL), device=h.device)
-    else:
-        negatives = t[randint(0, len(t), (n_negatives,), generator, h.device)]
-        counts = torch.bincount(t, minlength=n_items)
-        log_q = torch.log(counts[negatives].float() / len(t))
-    positive = (h * weight[t]).sum(-1).float()
-    negative = (h @ weight[negatives].T).float() - (log_q + math.log(n_negatives))
-    negative = negative.masked_fill(negatives[None, :] == t[:, None], float("-inf"))
-    logits = torch.cat([positive[:, None], negative], dim=1)
-    return F.cross_entropy(logits, torch.zeros_like(t))
+    return -sampled_log_softmax(h, weight, t, n_negatives, sampler, generator).mean()
+
+
+def target_log_softmax(
+    hidden: Tensor, weight: Tensor, targets: Tensor, loss: str, **opts: object
+) -> Tensor:
+    """``[N]`` catalogue log-probability of each (kept) row's target: exact for ``"ce"``, estimated
+    for ``"sampled_softmax"``. The repeat head's mixture reads its catalogue term from here."""
+    if loss == "ce":
+        exact = (hidden * weight[targets]).sum(-1).float()
+        return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
+    if loss == "sampled_softmax":
+        accepted = {"n_negatives", "sampler", "generator"}
+        if set(opts) - accepted:
+            raise SeqencError(
+                f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "
+                f"it accepts {sorted(accepted)}"
+            )
+        return sampled_log_softmax(hidden, weight, targets, **opts)
+    raise SeqencError(
+        f"the repeat head's mixture needs a normalised catalogue term: model.loss ce or "
+        f"sampled_softmax, got {loss!r}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Binary losses
 
 
 def _negatives_excluding(

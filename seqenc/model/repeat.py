@@ -10,8 +10,9 @@ A learned gate mixes it with the catalogue softmax:
 
     P(v | i) = (1 - g_i) softmax(h_i W^T)_v + g_i sum_{j <= i, item_j = v} a_ij
 
-Training minimises the full cross-entropy of that mixture (:func:`mixture_nll`); the catalogue
-part goes through :func:`~seqenc.model.losses.chunked_logsumexp`, which never forms the logit matrix.
+Training minimises the cross-entropy of that mixture (:func:`mixture_nll`). The copy part is exact;
+the catalogue part is :func:`~seqenc.model.losses.target_log_softmax`: exact (chunked, never the
+logit matrix) under ``ce``, estimated over shared sampled candidates under ``sampled_softmax``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.embeddings import time_bucket
-from seqenc.model.losses import chunked_logsumexp
+from seqenc.model.losses import target_log_softmax
 
 N_STEP_BUCKETS = 16  # how many events ago: 0, 1, 2, 3-4, 5-8, ... (log2 buckets)
 
@@ -96,9 +97,12 @@ def mixture_nll(
     batch: Batch,
     weight: Tensor,
     labels: Tensor,
+    loss: str = "ce",
+    **loss_options: object,
 ) -> Tensor:
     """Mean negative log-likelihood of ``labels`` (``[B, L]``, ignored where < N_SPECIAL) under the
-    mixture of the catalogue softmax over ``weight[N_SPECIAL:]`` and the copy distribution."""
+    mixture of the catalogue softmax over ``weight[N_SPECIAL:]`` and the copy distribution; the
+    catalogue term is ``loss``'s (``"ce"`` or ``"sampled_softmax"`` with ``loss_options``)."""
     keep = labels >= N_SPECIAL
     if not bool(keep.any()):
         return hidden.float().sum() * 0.0
@@ -110,27 +114,18 @@ def mixture_nll(
     log_g, log_not_g = head.log_gates(hidden)
     rows, cols = keep.nonzero(as_tuple=True)
     targets = labels[rows, cols]
-    h = hidden[rows, cols]
-    real = weight[N_SPECIAL:]
-    log_catalogue = (h * weight[targets]).sum(-1).float() - chunked_logsumexp(h, real)
+    log_catalogue = target_log_softmax(hidden[rows, cols], weight, targets, loss, **loss_options)
     copied = copied_all[rows, cols]
     log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, float("-inf"))
     log_p = torch.logaddexp(log_not_g[rows, cols] + log_catalogue, log_g[rows, cols] + log_copied)
     return -log_p.mean()
 
 
-def mixture_log_scores(head: RepeatHead, hidden: Tensor, batch: Batch, logits: Tensor) -> Tensor:
-    """``[B, n_items]`` log-probabilities of every item at each history's newest position, given the
-    catalogue ``logits`` there (specials already -inf)."""
+def newest_copy(head: RepeatHead, hidden: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """``(copy, log_g, log_not_g)`` at each history's newest position: ``[B, L]`` copy weights of
+    its events (their items are ``batch.items``) and ``[B]`` the gate's two log-weights."""
     rows = torch.arange(len(batch), device=hidden.device)
     last = (batch.lengths - 1).clamp(min=0)
-    copy = head.attention(hidden, batch, last[:, None])[:, 0]  # [B, L], newest position only
+    copy = head.attention(hidden, batch, last[:, None])[:, 0]
     log_g, log_not_g = head.log_gates(hidden)
-    copied = torch.zeros_like(logits, dtype=torch.float32)
-    copied.scatter_add_(1, batch.items, copy.float())
-    catalogue = torch.log_softmax(logits.float(), dim=-1)
-    return torch.logaddexp(
-        log_not_g[rows, last][:, None] + catalogue,
-        log_g[rows, last][:, None]
-        + torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf),
-    )
+    return copy, log_g[rows, last], log_not_g[rows, last]

@@ -1,0 +1,149 @@
+"""Full ranking over the catalogue, one chunk of items at a time.
+
+Evaluation and ``recommend`` score every item for every history, but never hold a ``[B, n_items]``
+matrix: the items are scored in chunks of columns, and what a metric needs is kept as it goes (the
+number of items scored at least as high as each target; the running top k). Memory then does not
+depend on the catalogue, and time is the one matmul over it (two with the repeat head, whose
+catalogue part needs the softmax's normaliser before any probability is known).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from seqenc.model.batch import N_SPECIAL
+
+CHUNK_ELEMENTS = 2**22  # scores held at once: [B, chunk] float32
+TIE_TOLERANCE = 1e-5
+
+
+@dataclass
+class NextItemScorer:
+    """Scores of every item as each history's next event, computed a column chunk at a time.
+
+    Attributes:
+        state: ``[B, d]`` float32 state the catalogue is scored against (``state @ weight.T``).
+        weight: ``[n_items, d]`` item table; the special ids score ``-inf``.
+        copy_items, copy_mass: ``[B, L]`` the repeat head's copy distribution (the item of each
+            history event, its copy weight), or ``None`` without the head.
+        log_gate, log_not_gate: ``[B]`` the head's ``log g`` and ``log(1 - g)``.
+        seen: ``[2, S]`` (row, item) pairs scored ``-inf`` (the seen-item filter), or ``None``.
+    """
+
+    state: Tensor
+    weight: Tensor
+    copy_items: Tensor | None = None
+    copy_mass: Tensor | None = None
+    log_gate: Tensor | None = None
+    log_not_gate: Tensor | None = None
+    seen: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self._log_normaliser: Tensor | None = None
+
+    @property
+    def n_items(self) -> int:
+        return self.weight.shape[0]
+
+    def chunk_size(self) -> int:
+        return max(256, CHUNK_ELEMENTS // max(1, len(self.state)))
+
+    def _logits(self, start: int, stop: int) -> Tensor:
+        with torch.autocast(self.state.device.type, enabled=False):  # scores stay float32
+            logits = self.state @ self.weight[start:stop].float().T
+        special = torch.arange(start, stop, device=logits.device) < N_SPECIAL
+        return logits.masked_fill(special, float("-inf"))
+
+    def log_normaliser(self) -> Tensor:
+        """``[B]`` logsumexp of the catalogue logits over every item (one pass, kept)."""
+        if self._log_normaliser is None:
+            step = self.chunk_size()
+            parts = [
+                torch.logsumexp(self._logits(start, min(start + step, self.n_items)), dim=1)
+                for start in range(0, self.n_items, step)
+            ]
+            self._log_normaliser = torch.logsumexp(torch.stack(parts, dim=1), dim=1)
+        return self._log_normaliser
+
+    def scores(self, start: int, stop: int) -> Tensor:
+        """``[B, stop - start]`` float32 scores of items ``start .. stop - 1``: the catalogue logits,
+        or with the repeat head the mixture's log-probabilities; seen items ``-inf``."""
+        logits = self._logits(start, stop)
+        if self.copy_mass is not None:
+            copied = torch.zeros_like(logits)
+            inside = (self.copy_items >= start) & (self.copy_items < stop)
+            rows = torch.arange(len(logits), device=logits.device)[:, None].expand_as(inside)
+            copied.index_put_(
+                (rows[inside], self.copy_items[inside] - start),
+                self.copy_mass[inside].float(),
+                accumulate=True,
+            )
+            catalogue = logits - self.log_normaliser()[:, None]
+            log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf)
+            logits = torch.logaddexp(
+                self.log_not_gate[:, None] + catalogue, self.log_gate[:, None] + log_copied
+            )
+        if self.seen is not None:
+            rows, items = self.seen
+            inside = (items >= start) & (items < stop)
+            logits[rows[inside], items[inside] - start] = -torch.inf
+        return logits
+
+    def chunks(self) -> Iterator[tuple[int, Tensor]]:
+        """``(start, scores)`` for consecutive item chunks covering the catalogue."""
+        step = self.chunk_size()
+        for start in range(0, self.n_items, step):
+            yield start, self.scores(start, min(start + step, self.n_items))
+
+    def target_scores(self, target: Tensor) -> Tensor:
+        """``[B]`` each row's score of its ``target`` item, by the rule of :meth:`scores`."""
+        score = (self.state * self.weight[target].float()).sum(-1)
+        score = score.masked_fill(target < N_SPECIAL, -torch.inf)
+        if self.copy_mass is not None:
+            copied = (self.copy_mass.float() * (self.copy_items == target[:, None])).sum(1)
+            log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf)
+            score = torch.logaddexp(
+                self.log_not_gate + score - self.log_normaliser(), self.log_gate + log_copied
+            )
+        if self.seen is not None:
+            rows, items = self.seen
+            hit = rows[items == target[rows]]
+            score = score.index_fill(0, hit, -torch.inf)
+        return score
+
+    def target_ranks(self, target: Tensor) -> Tensor:
+        """``[B]`` float64 0-based rank of each row's ``target`` among all items: the other items
+        scored at least as high (ties count against the target, so a constant scorer ranks it
+        last); ``inf`` where the target itself scores ``-inf`` (filtered).
+
+        The target's own score comes from a dot product, the others' from a matmul, whose sums
+        may round differently: scores within :data:`TIE_TOLERANCE` (relative) of the target's
+        count as ties."""
+        own = self.target_scores(target)
+        floor = (own - TIE_TOLERANCE * (1.0 + own.abs()))[:, None]
+        ahead = torch.zeros(len(target), dtype=torch.int64, device=target.device)
+        for start, scores in self.chunks():
+            columns = torch.arange(start, start + scores.shape[1], device=target.device)
+            at_least = (scores >= floor) & (columns[None, :] != target[:, None])
+            ahead += at_least.sum(1)
+        return ahead.double().masked_fill(own == -torch.inf, torch.inf)
+
+    def top_k(self, k: int) -> tuple[Tensor, Tensor]:
+        """``(scores, items)``, each ``[B, k]``: the best ``k`` items per row, best first."""
+        best_scores = best_items = None
+        for start, scores in self.chunks():
+            top = scores.topk(min(k, scores.shape[1]), dim=1)
+            items = top.indices + start
+            if best_scores is not None:
+                merged = torch.cat([best_scores, top.values], dim=1)
+                order = merged.topk(min(k, merged.shape[1]), dim=1).indices
+                items = torch.cat([best_items, items], dim=1).gather(1, order)
+                top_values = merged.gather(1, order)
+            else:
+                top_values = top.values
+            best_scores, best_items = top_values, items
+        return best_scores, best_items
