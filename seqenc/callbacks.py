@@ -118,5 +118,9 @@ class Baselines(Callback):
         print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))
         for label, numbers in rows:
             print(f"{label:<20}" + "".join(f"{v:>{width}.4f}" for v in numbers))
+        half = trainer.callback_metrics
+        if f"test_ci95/{names[0].removeprefix('test/')}" in half:
+            cells = [float(half[f"test_ci95/{k.removeprefix('test/')}"]) for k in names]
+            print(f"{'model 95 % CI ±':<20}" + "".join(f"{v:>{width}.4f}" for v in cells))
         for logger in trainer.loggers:
             logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})

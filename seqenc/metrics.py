@@ -3,6 +3,7 @@ share of targets that repeat an item of their history."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -22,7 +23,8 @@ def target_ranks(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 class RankingMetrics(Metric):
     """Accumulates HR@K, NDCG@K (one relevant item, so IDCG = 1) and MRR; sums reduce under DDP.
-    HR@1 (the first slot, what a next-activity user acts on) is always reported, whatever ``ks``."""
+    HR@1 (the first slot, what a next-activity user acts on) is always reported, whatever ``ks``.
+    Sums of squares are kept too, for each metric's confidence interval (:meth:`half_widths`)."""
 
     full_state_update = False
     higher_is_better = True
@@ -31,9 +33,11 @@ class RankingMetrics(Metric):
         super().__init__()
         self.ks = tuple(ks)
         self.hit_ks = tuple(sorted({1, *self.ks}))
-        for name in [f"hr_{k}" for k in self.hit_ks] + [f"ndcg_{k}" for k in self.ks]:
-            self.add_state(name, torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("mrr", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.names = [f"hr@{k}" for k in self.hit_ks] + [f"ndcg@{k}" for k in self.ks] + ["mrr"]
+        for name in self.names:
+            for kind in ("sum", "sq"):
+                zero = torch.tensor(0.0, dtype=torch.float64)
+                self.add_state(f"{kind}_{name}", zero, dist_reduce_fx="sum")
         self.add_state("repeats", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
@@ -57,22 +61,30 @@ class RankingMetrics(Metric):
             filtered = scores.gather(1, target[:, None]).squeeze(1) == -torch.inf
             ranks = ranks.masked_fill(filtered, torch.inf)
         rank = ranks.double()
-        for k in self.hit_ks:
-            setattr(self, f"hr_{k}", getattr(self, f"hr_{k}") + (rank < k).sum())
+        values = {f"hr@{k}": (rank < k).double() for k in self.hit_ks}
         for k in self.ks:
-            gain = torch.where(rank < k, 1.0 / torch.log2(rank + 2.0), torch.zeros_like(rank))
-            setattr(self, f"ndcg_{k}", getattr(self, f"ndcg_{k}") + gain.sum())
-        self.mrr += (1.0 / (rank + 1.0)).sum()
+            values[f"ndcg@{k}"] = torch.where(rank < k, 1.0 / torch.log2(rank + 2.0), 0.0)
+        values["mrr"] = 1.0 / (rank + 1.0)
+        for name, value in values.items():
+            setattr(self, f"sum_{name}", getattr(self, f"sum_{name}") + value.sum())
+            setattr(self, f"sq_{name}", getattr(self, f"sq_{name}") + value.square().sum())
         self.count += rank.numel()
         if repeat is not None:
             self.repeats += repeat.sum()
 
     def compute(self) -> dict[str, torch.Tensor]:
         n = self.count.clamp(min=1).double()
-        out = {"hr@1": self.hr_1 / n}
-        for k in self.ks:
-            out[f"hr@{k}"] = getattr(self, f"hr_{k}") / n
-            out[f"ndcg@{k}"] = getattr(self, f"ndcg_{k}") / n
-        out["mrr"] = self.mrr / n
+        out = {name: getattr(self, f"sum_{name}") / n for name in self.names}
         out["repeat_targets"] = self.repeats / n  # share of targets already in their history
         return {name: value.float() for name, value in out.items()}
+
+    def half_widths(self) -> dict[str, float]:
+        """Half-width of each metric's 95 % confidence interval over the evaluated targets
+        (normal approximation of a mean: 1.96 standard errors)."""
+        n = max(int(self.count), 1)
+        out = {}
+        for name in self.names:
+            mean = float(getattr(self, f"sum_{name}")) / n
+            variance = max(float(getattr(self, f"sq_{name}")) / n - mean**2, 0.0)
+            out[name] = 1.96 * math.sqrt(variance / max(n - 1, 1))
+        return out

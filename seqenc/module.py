@@ -232,6 +232,8 @@ class SeqencModule(pl.LightningModule):
     def _log_metrics(self, stage: str, metrics: RankingMetrics) -> None:
         values = metrics.compute()
         self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val")
+        if stage == "test":  # the test figure's sampling error, printed beside the baselines
+            self.log_dict({f"test_ci95/{k}": v for k, v in metrics.half_widths().items()})
         metrics.reset()
 
     def on_validation_epoch_end(self) -> None:

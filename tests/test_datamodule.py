@@ -8,6 +8,7 @@ from lightning.pytorch import seed_everything
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
 from seqenc.data.synthetic import generate_events
+from seqenc.errors import SeqencError
 
 SCHEMA = EventSchema(categorical=("event_type", "channel"), numeric=("amount",))
 
@@ -106,3 +107,17 @@ def test_loader_formats_without_time(tmp_path):
     assert dm.spec.schema.timestamp is None
     assert dm.spec.has_time is False
     assert len(dm.splits[0]) == 5
+
+
+def test_eval_entities_draws_the_same_entities_for_validation_and_test_in_every_run(events):
+    full = _datamodule(events).splits
+    a = _datamodule(events, eval_entities=7, seed=1).splits
+    b = _datamodule(events, eval_entities=7, seed=2).splits
+    assert len(a[2]) == 7 and set(a[1].rows) == set(a[2].rows) <= set(full[2].rows)
+    assert a[2].rows.tolist() == b[2].rows.tolist()  # a fixed draw, not the run's seed
+    assert len(a[0]) == len(full[0])  # training is untouched
+    position = {row: i for i, row in enumerate(full[2].rows)}
+    picked = [position[row] for row in a[2].rows]
+    assert a[2].targets.tolist() == full[2].targets[picked].tolist()
+    with pytest.raises(SeqencError, match="data.eval_entities must be >= 1"):
+        _datamodule(events, eval_entities=0)

@@ -54,3 +54,16 @@ def test_hr_at_1_is_always_reported():
     out = metric.compute()
     assert list(out)[:3] == ["hr@1", "hr@10", "ndcg@10"]
     assert out["hr@1"].item() == pytest.approx(1 / 2)  # ranks 1 and 0
+
+
+def test_half_widths_are_1_96_standard_errors_of_each_mean():
+    gen = torch.Generator().manual_seed(1)
+    ranks = torch.randint(0, 30, (200,), generator=gen).double()
+    metric = RankingMetrics(ks=(10,))
+    metric.update(None, ranks=ranks[:120])
+    metric.update(None, ranks=ranks[120:])
+    hits = (ranks < 10).double().numpy()
+    ndcg = torch.where(ranks < 10, 1 / torch.log2(ranks + 2), 0.0).numpy()
+    half = metric.half_widths()
+    assert half["hr@10"] == pytest.approx(1.96 * hits.std(ddof=1) / math.sqrt(200), rel=1e-9)
+    assert half["ndcg@10"] == pytest.approx(1.96 * ndcg.std(ddof=1) / math.sqrt(200), rel=1e-9)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import cached_property
 from typing import Any
@@ -21,9 +22,11 @@ from seqenc.data.sequences import (
     require_trainable,
 )
 from seqenc.data.spec import DataSpec
-from seqenc.data.split import SequenceView, leave_one_out, training_windows
+from seqenc.data.split import SequenceView, entity_subset, leave_one_out, training_windows
 from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
+
+log = logging.getLogger(__name__)
 
 
 class ViewDataset(Dataset):
@@ -67,6 +70,10 @@ class SequenceDataModule(pl.LightningDataModule):
         bucket_factor: batches per length-sorted mega-batch (see
             :class:`~seqenc.data.sampling.BucketBatchSampler`).
         num_workers: DataLoader worker processes.
+        eval_entities: evaluate (validation and test) on this many entities drawn at random,
+            the same ones in every run on the same log (a fixed draw, not the run's seed), instead
+            of all: for logs with very many entities. The test prints each metric's 95 %
+            confidence interval beside it. ``None`` (the default): every entity.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
@@ -85,6 +92,7 @@ class SequenceDataModule(pl.LightningDataModule):
         eval_batch_size: int = 256,
         bucket_factor: int = 50,
         num_workers: int = 0,
+        eval_entities: int | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__()
@@ -98,6 +106,9 @@ class SequenceDataModule(pl.LightningDataModule):
         self.windows = windows
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
+        if eval_entities is not None and eval_entities < 1:
+            raise SeqencError(f"data.eval_entities must be >= 1 or null, got {eval_entities}")
+        self.eval_entities = eval_entities
         self._restored_vocabs: Vocabularies | None = None
 
     @cached_property
@@ -126,7 +137,12 @@ class SequenceDataModule(pl.LightningDataModule):
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
         """(train, val, test) leave-one-out views."""
         require_trainable(self.store, self.min_len)
-        return leave_one_out(self.store, min_len=self.min_len)
+        train, val, test = leave_one_out(self.store, min_len=self.min_len)
+        if self.eval_entities is None or self.eval_entities >= len(test):
+            return train, val, test
+        rows = np.random.default_rng(0).choice(test.rows, self.eval_entities, replace=False)
+        log.info("evaluating %d of %d entities (data.eval_entities)", len(rows), len(test))
+        return train, entity_subset(val, rows), entity_subset(test, rows)
 
     @cached_property
     def spec(self) -> DataSpec:

@@ -111,3 +111,10 @@ def training_windows(view: SequenceView, size: int) -> SequenceView:
     ends = view.ends[sample] - k * (size - 1)
     starts = np.maximum(view.starts[sample], ends - size)
     return SequenceView(view.store, view.rows[sample], starts, ends)
+
+
+def entity_subset(view: SequenceView, rows: np.ndarray) -> SequenceView:
+    """The samples of ``view`` whose entity row is in ``rows``, in their order."""
+    keep = np.isin(view.rows, rows)
+    targets = None if view.targets is None else view.targets[keep]
+    return SequenceView(view.store, view.rows[keep], view.starts[keep], view.ends[keep], targets)
