@@ -237,9 +237,11 @@ def sample_candidates(
     uniform = randint(N_SPECIAL, n_items, (n_uniform,), generator, device)
     candidates = torch.cat([from_batch, uniform])
     count = torch.full((len(candidates),), n_uniform / (n_items - N_SPECIAL), device=device)
-    if n_batch:
-        in_batch = torch.bincount(targets, minlength=n_items).float() * (n_batch / len(targets))
-        count = count + in_batch[candidates]
+    if n_batch:  # copies of each candidate among the targets, without an [n_items] table
+        values, copies = torch.unique(targets, return_counts=True)
+        at = torch.searchsorted(values, candidates).clamp(max=len(values) - 1)
+        found = torch.where(values[at] == candidates, copies[at], 0)
+        count = count + found.float() * (n_batch / len(targets))
     return candidates, count.log()
 
 
