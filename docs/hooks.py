@@ -5,6 +5,8 @@
 - ``architecture.md`` and ``benchmarks.md``: ``ARCHITECTURE.md`` and ``BENCHMARKS.md`` of the
   repository root, their links to other repository files turned into plain text (the site holds
   only the documentation pages).
+- ``<!-- README: Title -->`` in a page: the body of the README's ``## Title`` section, so the
+  commands, the configs table and the output columns are written once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path.insert(0, str(ROOT))  # document this checkout's seqenc, whatever the v
 # repository file -> the page that holds it on the site
 PAGES = {"ARCHITECTURE.md": "architecture.md", "BENCHMARKS.md": "benchmarks.md"}
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+README_SECTION = re.compile(r"^<!-- README: (.+) -->$", re.MULTILINE)
 
 
 def fence(text: str) -> str:
@@ -43,7 +46,8 @@ def cli_reference() -> str:
 
 
 def site_links(text: str) -> str:
-    """``text`` with links to repository files mapped to their site page, or dropped to plain text."""
+    """``text`` with links to repository files mapped to their site page (``docs/x.md`` is ``x.md``),
+    or dropped to plain text."""
 
     def replace(match: re.Match[str]) -> str:
         label, target = match.groups()
@@ -51,10 +55,26 @@ def site_links(text: str) -> str:
         if not path or "://" in path:
             return match.group(0)
         if path in PAGES:
-            return f"[{label}]({PAGES[path]}{'#' + anchor if anchor else ''})"
-        return label
+            page = PAGES[path]
+        elif path.startswith("docs/"):
+            page = path.removeprefix("docs/")
+        else:
+            return label
+        return f"[{label}]({page}{'#' + anchor if anchor else ''})"
 
     return LINK.sub(replace, text)
+
+
+def readme_section(title: str) -> str:
+    """The body of the README's ``## title`` section."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index(f"\n## {title}\n") + len(title) + 5
+    end = readme.find("\n## ", start)
+    return readme[start : None if end < 0 else end].strip()
+
+
+def on_page_markdown(markdown: str, **kwargs) -> str:
+    return README_SECTION.sub(lambda m: site_links(readme_section(m.group(1))), markdown)
 
 
 def on_files(files: Files, config) -> Files:
