@@ -1,22 +1,12 @@
 """The map from a retrained model's embedding space to its parent's: kinds, fitting, scoring.
 
 A map is fitted on paired rows: the embeddings both models give the same entities at the same
-times. Four kinds:
-
-- ``"ridge"``: a general linear map by ridge regression, its strength chosen on held-out pairs.
-- ``"mlp"``: the ridge map plus a small residual network (one hidden ReLU layer, zero at the start,
-  early-stopped on held-out pairs): it explains more of the parent's variance than the ridge map
-  and a linear version-1 probe loses less, but a tree probe can lose more (its split thresholds
-  meet values the network bends).
-- ``"blend"`` (default): the mean of the ``ridge`` and ``mlp`` maps (the ridge map plus half the
-  residual), two estimators averaged: the smallest worst-case loss of a version-1 probe, linear
-  or trees, in the compatible-retrains benchmark. With fewer than ``MLP_MIN_ROWS`` pairs it is
-  the ridge map.
-- ``"orthogonal"``: Procrustes with one global scale and a shift. It can only rotate, so it keeps
-  version 2's geometry (cosines, neighbours) exactly; a model mapped to itself is the identity.
-
-:meth:`ParentMap.apply` is plain numpy, so every output path (``encode``, the Parquet export,
-Spark) applies the same map.
+times. Kinds: ``"ridge"`` (a general linear map, its strength chosen on held-out pairs), ``"mlp"``
+(the ridge map plus a small residual network, early-stopped on held-out pairs: closer to the parent,
+but a tree probe can lose more where the network bends values), ``"blend"`` (default: the mean of
+the two, which hedges between their failure modes; the ridge map alone below ``MLP_MIN_ROWS``
+pairs) and ``"orthogonal"`` (a rotation with one scale and a shift: keeps version 2's geometry
+exactly). :meth:`ParentMap.apply` is plain numpy, so every output path applies the same map.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ FORBIDDEN = {
     "date": re.compile(r"(?<![\"'\w-])20\d\d-\d\d-\d\d\b"),
     "release": re.compile(r"\b\d+\.\d+\.\d+\b"),
 }
+# A module docstring says what the module is for and why in a few lines; details go to docs/.
+MAX_MODULE_DOCSTRING_LINES = 14
 
 
 def modules() -> list[Path]:
@@ -67,6 +69,12 @@ def violations(source: str) -> list[str]:
 def test_no_measured_figures(path: Path) -> None:
     found = violations(path.read_text(encoding="utf-8"))
     assert not found, f"{path.relative_to(PACKAGE.parent)}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_module_docstring_is_short(path: Path) -> None:
+    text = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+    assert len(text.splitlines()) <= MAX_MODULE_DOCSTRING_LINES, path.relative_to(PACKAGE.parent)
 
 
 def test_the_patterns_catch_figures_and_pass_code() -> None:
