@@ -3,8 +3,8 @@
 - ``cli.md``: ``seqenc --help`` and every subcommand's help, from the parsers of
   :data:`seqenc.cli.COMMANDS` (the curated ``fit`` / ``validate`` / ``test`` help included).
 - ``architecture.md`` and ``benchmarks.md``: ``ARCHITECTURE.md`` and ``BENCHMARKS.md`` of the
-  repository root, their links to other repository files turned into plain text (the site holds
-  only the documentation pages).
+  repository root, their links to other repository files turned into the files' paths (the site
+  holds only the documentation pages).
 - ``<!-- README: Title -->`` in a page: the body of the README's ``## Title`` section, so the
   commands, the configs table and the output columns are written once.
 """
@@ -47,7 +47,7 @@ def cli_reference() -> str:
 
 def site_links(text: str) -> str:
     """``text`` with links to repository files mapped to their site page (``docs/x.md`` is ``x.md``),
-    or dropped to plain text."""
+    or, for files the site does not hold, replaced by the file's path."""
 
     def replace(match: re.Match[str]) -> str:
         label, target = match.groups()
@@ -58,8 +58,10 @@ def site_links(text: str) -> str:
             page = PAGES[path]
         elif path.startswith("docs/"):
             page = path.removeprefix("docs/")
+        elif path.endswith(label.strip("`")):
+            return f"`{path}`"
         else:
-            return label
+            return f"{label} (`{path}`)"
         return f"[{label}]({page}{'#' + anchor if anchor else ''})"
 
     return LINK.sub(replace, text)
