@@ -7,6 +7,7 @@
   holds only the documentation pages).
 - ``<!-- README: Title -->`` in a page: the body of the README's ``## Title`` section, so the
   commands, the configs table and the output columns are written once.
+- The docstrings' Sphinx roles (:func:`x`, :meth:`title <target>`, :class:`~a.b.C`) shown as code.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ sys.path.insert(0, str(ROOT))  # document this checkout's seqenc, whatever the v
 PAGES = {"ARCHITECTURE.md": "architecture.md", "BENCHMARKS.md": "benchmarks.md"}
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 README_SECTION = re.compile(r"^<!-- README: (.+) -->$", re.MULTILINE)
+# a Sphinx role as the Markdown renderer leaves it: :role:<code>[~]name[ <target>]</code>
+ROLE = re.compile(r":[a-z]+:<code>(~?)([^<]*?)(?: &lt;[^<]*?&gt;)?</code>")
 
 
 def fence(text: str) -> str:
@@ -77,6 +80,10 @@ def readme_section(title: str) -> str:
 
 def on_page_markdown(markdown: str, **kwargs) -> str:
     return README_SECTION.sub(lambda m: site_links(readme_section(m.group(1))), markdown)
+
+
+def on_page_content(html: str, **kwargs) -> str:
+    return ROLE.sub(lambda m: f"<code>{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}</code>", html)
 
 
 def on_files(files: Files, config) -> Files:
