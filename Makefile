@@ -1,4 +1,5 @@
-# The two commands of the README: `make demo` and `make test`. Both create .venv and install first.
+# The two commands of the README: `make demo` and `make test` (ruff, the tests, the documentation
+# site with warnings as errors). Both create .venv and install first.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,11 +12,11 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 DEMO := runs/demo
 
-.PHONY: install demo test format clean
+.PHONY: install demo test docs format clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[test,notebooks]'
+	$(BIN)/pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[test,notebooks,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,10 +36,15 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The documentation site (docs/, mkdocs.yml) served at http://127.0.0.1:8000 while it is edited.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

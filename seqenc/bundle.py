@@ -1,25 +1,12 @@
 """A trained model as a self-contained directory that loads without pickle.
 
-A bundle holds three files:
-
-- ``config.json``: format and seqenc versions, the model name, the objective, the
-  :class:`~seqenc.model.encoder.EncoderConfig`, the data spec without its vocabularies (the
-  :class:`~seqenc.data.schema.EventSchema`, its ``id_types`` filled in for the item and categorical
-  columns from the vocabularies' types, and ``history_len``, the events per history fed to the
-  model), a hash of that configuration and the SHA-256 of each other file;
-- ``vocab.json``: :meth:`Vocabularies.to_dict`;
-- ``model.safetensors``: the encoder weights only (no optimizer, no objective head).
-
-The format is plain data: this module imports the model and the data spec, never training code.
-Loading reads JSON and safetensors only, so a bundle cannot run code; every field of
-``config.json`` is type-checked and cross-checked (objective vs attention, ``history_len`` vs the encoder's
-``n_positions``, feature columns vs embedding tables, vocabularies vs tables) with messages naming the
-file and the field. Bundles are written to a temporary directory next to the target and renamed into place, so a crash
-never leaves a half-written bundle. Bundles written before ``vocab_sha256`` existed still load, and
-so do format 1 bundles (``max_len`` for ``history_len``, ``encoder.max_len`` for ``n_positions - 1``).
-
-A bundle reads event files with its id types (:attr:`BundleMeta.schema`): text ids such as
-``"000156"`` stay text in a CSV. Older bundles take them from their vocabularies when loaded.
+A bundle holds ``config.json`` (versions, model name, objective, the
+:class:`~seqenc.model.encoder.EncoderConfig`, the data spec without vocabularies, a hash of that
+configuration and the SHA-256 of the other files), ``vocab.json`` (:meth:`Vocabularies.to_dict`)
+and ``model.safetensors`` (the encoder weights only). The format is plain data: this module
+imports the model and the data spec, never training code, and loading reads JSON and safetensors
+only, type-checking and cross-checking every field with messages naming the file and the field.
+Bundles are written under a temporary name and renamed into place. Earlier formats still load.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Embeddings that survive a retrain: a bundle's lineage and its map to the parent's space.
 
-A retrained encoder (version 2) starts a new, unrelated embedding space; a downstream model trained
-on version 1's embeddings gets noise from it. :func:`seqenc.drift.align` fits, after training, a
-map from version 2's embeddings to version 1's on entities both models encode
-(:mod:`seqenc.parent_map`: its kinds and how they are fitted), and this module stores it in
-version 2's bundle with its lineage. Version 2's own space is untouched (its quality is exactly
-that of an unconstrained retrain), new items and entities still work (the map acts on
-embeddings), and ``encode(..., space="parent")`` returns embeddings a version-1 downstream model
-can use.
-
-Files beside the bundle's own (plain JSON and safetensors, never pickle; written atomically):
-``lineage.json`` (the parent's name, config hash, SHA-256 of its weights and space id, this
-bundle's weights SHA-256, the map's kind, its SHA-256 and fit statistics) and
-``parent_map.safetensors`` (``weight [d, d_parent]``, ``bias [d_parent]``, and the ``mlp``
-kind's ``residual.*``). :func:`load_lineage` checks both on load: a lineage copied into another
-bundle, or a map file that was edited, is refused.
+A retrained encoder (version 2) starts a new, unrelated embedding space, so a downstream model
+trained on version 1's embeddings gets noise from it. :func:`seqenc.drift.align` fits a map from
+version 2's space to version 1's (:mod:`seqenc.parent_map`), and this module stores it in version
+2's bundle with its lineage (``lineage.json``, ``parent_map.safetensors``: plain data, written
+atomically), so ``encode(..., space="parent")`` returns what a version-1 downstream model reads.
+Version 2's own space is untouched. :func:`load_lineage` refuses a lineage copied into another
+bundle or an edited map.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Two model versions on the same events: the map between them (:func:`align`) and the drift
 report (:func:`drift`), the check a pipeline runs before switching.
 
-:func:`drift` encodes the same events with the old and the new bundle and compares, per entity
-both encode, the old embedding with the new one *as a downstream model would get it*: through the
-new bundle's map when its lineage leads to the old bundle (``seqenc align`` / ``fit
---compatible_with``), else raw. It reports
-
-- the per-entity cosine (mean and quantiles);
-- the overlap of nearest neighbours @k: for a seeded sample of entities, the share of each one's k
-  nearest neighbours (exact, by cosine, among all shared entities) that both versions agree on;
-- per-dimension population statistics: the shift of each dimension's mean in units of the old
-  standard deviation, and the ratio of the standard deviations (a map fitted on the same events
-  matches the means by construction: run the report on newer events to see it generalise);
-- a verdict: ``same`` (cosine and overlap >= 0.999), ``compatible`` (mean cosine >= ``MIN_COSINE``
-  and mean |mean shift| <= ``MAX_SHIFT`` old stds: a downstream model trained on the old version
-  keeps working), or ``incompatible`` (retrain the downstream models, or align the new version).
+:func:`drift` encodes the same events with both bundles and compares, per shared entity, the old
+embedding with the new one as a downstream model would get it (through the new bundle's map when
+its lineage leads to the old one, else raw): the per-entity cosine, the overlap of the k nearest
+neighbours, each dimension's mean shift and spread ratio, and a verdict: ``same``, ``compatible``
+(mean cosine >= ``MIN_COSINE`` and mean shift <= ``MAX_SHIFT`` old stds: a downstream model keeps
+working) or ``incompatible`` (retrain the downstream models, or align the new version).
 """
 
 from __future__ import annotations

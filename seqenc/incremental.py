@@ -1,27 +1,14 @@
 """Incremental encoding: extend each entity's encoded history with new events instead of
 re-encoding it (causal models only; the torch part is :mod:`seqenc.model.cache`).
 
-:meth:`Encoder.state <seqenc.inference.Encoder.state>` encodes a log once and keeps, per entity, the
-events of its window (the newest ``history_len``), every layer's keys and values there, the running sum
-of the final hidden states (mean pooling) and the embedding. :meth:`Encoder.update
-<seqenc.inference.Encoder.update>` then gives the embeddings :meth:`Encoder.encode
-<seqenc.inference.Encoder.encode>` would give on the old and new events together:
-
-- an entity with new events whose window still fits ``history_len`` is *extended*: its previous newest
-  position (whose query gap becomes the gap to the first new event) and the new events run against
-  the cached keys and values of the older positions. Exact up to float rounding.
-- an entity whose window would pass ``history_len`` is *re-encoded*: its newest ``history_len`` events
-  (kept in the state) run from scratch, as ``encode`` does; every learned position and every
-  older position's attention changes when the window slides, so no cache survives (counted as
-  ``n_reencoded``).
-- an entity without new events keeps its embedding, unless the model reads the query time and
-  ``as_of`` moved it: then only its newest position is recomputed (``n_requeried``).
-
-New events must not be older than the entity's newest event in the state, and ``as_of`` not
-earlier than any event in it. New events at the same time as the state's newest events of their
-entity are ordered among them by ``encode``'s tie rule (``schema.tie_order``, read from the raw
-values the state keeps for its newest events): an entity whose order changes there is re-encoded
-from scratch (``n_reordered``). Runs in float32 on the encoder's device (no autocast).
+:meth:`Encoder.state <seqenc.inference.Encoder.state>` encodes a log once and keeps, per entity,
+the events of its window, every layer's keys and values there and the embedding;
+:meth:`Encoder.update <seqenc.inference.Encoder.update>` then gives what :meth:`Encoder.encode
+<seqenc.inference.Encoder.encode>` would give on the old and new events together. An entity whose
+window still fits ``history_len`` is extended (its new positions run against the cached keys and
+values: ``n_extended``); one whose window slides, or whose tie order changes, is re-encoded from
+its kept events (``n_reencoded``, ``n_reordered``); one whose query time alone moved gets its
+newest position recomputed (``n_requeried``). Runs in float32 on the encoder's device.
 """
 
 from __future__ import annotations

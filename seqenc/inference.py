@@ -3,18 +3,10 @@
 >>> enc = load_encoder("runs/quickstart/.../bundle")          # doctest: +SKIP
 >>> df = enc.encode(events, as_of="2024-06-01")                # doctest: +SKIP
 
-Events go through the same path as training (:func:`~seqenc.data.sequences.build_sequences` with the
-bundle's schema, vocabularies and ``history_len``): items the model never saw become UNK (counted
-and logged, never an error). Entities are batched by history length within a token budget
-(:func:`seqenc.encoding.iter_batches`) and the results scattered back, so an entity's embedding does not depend on which other
-entities are in the call or on the batch size (up to float rounding), and the model runs in eval mode
-under ``torch.inference_mode`` (no dropout): two calls give identical results. On CUDA the encoder
-runs under bf16 autocast; embeddings are always returned as float32.
-
-``backend="onnxruntime"`` runs the forward pass of :meth:`Encoder.encode` through ONNX Runtime on
-the graph ``seqenc onnx`` writes (:mod:`seqenc.backends`), with the same batches; ``recommend``
-stays on torch. The encoding itself is the core's (:mod:`seqenc.encoding`); this module is the
-facade: output forms, incremental states, recommendations.
+The encoding itself is the core's (:mod:`seqenc.encoding`: the same path as training, items the
+model never saw become UNK, token-budget batches, eval mode, identical results on two calls); this
+module is the facade: output forms, the backend (torch, or ``backend="onnxruntime"`` on the graph
+``seqenc onnx`` writes), incremental states and recommendations (always torch).
 """
 
 from __future__ import annotations

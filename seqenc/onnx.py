@@ -1,35 +1,12 @@
 """A bundle's entity-embedding computation as an ONNX graph, for ONNX Runtime (``seqenc onnx``).
 
-The graph is :meth:`SequenceEncoder.entity_embedding` traced once with dynamic batch and length
-axes, by the TorchScript exporter (``dynamo=False``; the dynamo exporter needs onnxscript, and
-``torch.export`` cannot follow the readout's data-dependent branches). Its inputs are the :class:`~seqenc.model.batch.Batch`
-fields the bundle's configuration reads, and nothing else (:func:`graph_inputs`):
-
-============  ===========  ======================================================================
-input         shape/type   when
-============  ===========  ======================================================================
-items         [B, L] i64   always
-lengths       [B] i64      always
-dt_prev       [B, L] f32   ``time``
-dt_query      [B] f32      ``time`` and (``query_time`` or the masked objective, whose appended
-                           [MASK] carries the query gap)
-dt_ref        [B, L] f64   ``time`` and (``time_bias`` or the legacy ``recency`` input); float64
-                           as in torch, so the time bias's gaps are exact far from ``as_of``
-categorical   [B, L, C]    ``C > 0`` categorical columns
-numeric       [B, L, N]    ``N > 0`` numeric columns
-============  ===========  ======================================================================
-
-Output ``embedding`` ``[B, d]`` float32. The torch readout takes two data-dependent branches that
-a trace would freeze; the graph traces the model's own readout with ``traced=True``
-(:meth:`SequenceEncoder.entity_embedding`), which takes the branch that holds on any batch: the
-masked objective's [MASK] always goes into one appended column (an extra padding key is masked out
-of every softmax, and positions do not depend on the width), and the last block runs every
-position. Causal attention (SDPA with ``is_causal``) exports as is at opset 17,
-where the exporter writes the lower-triangular mask into the graph.
-
-Files: the graph (default ``<bundle>/model.onnx``, inside the bundle so it ships with it) and a
-``<graph>.sha256`` line in ``sha256sum`` format, checked on load. The graph's metadata names the
-bundle's ``config_hash`` and ``weights_sha256``, so a graph exported from other weights is refused.
+The graph is :meth:`SequenceEncoder.entity_embedding` traced once (``traced=True``, the readout
+branch that holds on any batch) with dynamic batch and length axes by the TorchScript exporter:
+the dynamo exporter needs onnxscript, and ``torch.export`` cannot follow the readout's
+data-dependent branches. Its inputs are the :class:`~seqenc.model.batch.Batch` fields the bundle's
+configuration reads (:func:`graph_inputs`), its output ``embedding`` ``[B, d]`` float32. The graph
+lies inside the bundle by default, with a ``sha256sum`` line checked on load; its metadata names
+the bundle's ``config_hash`` and ``weights_sha256``, so a graph of other weights is refused.
 """
 
 from __future__ import annotations

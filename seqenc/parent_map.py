@@ -1,22 +1,12 @@
 """The map from a retrained model's embedding space to its parent's: kinds, fitting, scoring.
 
 A map is fitted on paired rows: the embeddings both models give the same entities at the same
-times. Four kinds (``BENCHMARKS.md``, "Compatible retrains", compares them on downstream probes):
-
-- ``"ridge"``: a general linear map by ridge regression, its strength chosen on held-out pairs.
-- ``"mlp"``: the ridge map plus a small residual network (one hidden ReLU layer, zero at the start,
-  early-stopped on held-out pairs): it explains more of the parent's variance (held-out R² 0.58
-  against 0.45 on Ta-Feng) and a linear version-1 probe loses less, but a tree probe can lose more
-  (its split thresholds meet values the network bends).
-- ``"blend"`` (default): the mean of the ``ridge`` and ``mlp`` maps (the ridge map plus half the
-  residual), two estimators averaged: on Ta-Feng the smallest worst-case loss of a version-1
-  probe, linear or trees, over two model configs. With fewer than ``MLP_MIN_ROWS`` pairs it is
-  the ridge map.
-- ``"orthogonal"``: Procrustes with one global scale and a shift. It can only rotate, so it keeps
-  version 2's geometry (cosines, neighbours) exactly; a model mapped to itself is the identity.
-
-:meth:`ParentMap.apply` is plain numpy, so every output path (``encode``, the Parquet export,
-Spark) applies the same map.
+times. Kinds: ``"ridge"`` (a general linear map, its strength chosen on held-out pairs), ``"mlp"``
+(the ridge map plus a small residual network, early-stopped on held-out pairs: closer to the parent,
+but a tree probe can lose more where the network bends values), ``"blend"`` (default: the mean of
+the two, which hedges between their failure modes; the ridge map alone below ``MLP_MIN_ROWS``
+pairs) and ``"orthogonal"`` (a rotation with one scale and a shift: keeps version 2's geometry
+exactly). :meth:`ParentMap.apply` is plain numpy, so every output path applies the same map.
 """
 
 from __future__ import annotations
@@ -31,7 +21,7 @@ from seqenc.errors import SeqencError
 
 KINDS = ("ridge", "mlp", "blend", "orthogonal")
 RESIDUAL_SHARE = {"mlp": 1.0, "blend": 0.5}  # how much of the residual network a kind adds
-DEFAULT_KIND = "blend"  # the smallest worst-case downstream loss on Ta-Feng (BENCHMARKS.md)
+DEFAULT_KIND = "blend"  # the smallest worst-case downstream loss of the kinds
 ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1)  # ridge strengths tried, relative to the mean feature variance
 HELD_OUT = 0.2  # share of the pairs that scores a map (strength, early stop, statistics)
 MLP_MIN_ROWS = 200  # fewer pairs: the residual network is left out (the ridge map alone)

@@ -5,28 +5,13 @@ however the DataFrame is partitioned.
 >>> from seqenc.spark import encode                               # doctest: +SKIP
 >>> out = encode(spark.read.parquet("events/"), "bundle", as_of="2024-06-01")  # doctest: +SKIP
 
-How: the events are hash-partitioned by entity (``repartition(n, entity)``) and sorted by entity
-inside each partition, so every entity's events lie contiguous in exactly one partition.
-``mapInArrow`` (Arrow batches, no pandas round trip) then streams each partition: batches are
-gathered into chunks of about ``events_per_call`` events, each cut after its last complete entity,
-and every chunk goes through the encoding core (:func:`seqenc.encoding.encode_events`, the code
-``Encoder.encode`` runs) with the bundle's schema, vocabularies and ``history_len``, so an executor
-holds one chunk at a time. An entity's embedding depends only on its own events, hence not on the
-partitioning or the chunking.
-
-The bundle is loaded once per Python worker (Spark reuses workers between tasks): a module-level
-cache keyed by the bundle's path and weights SHA-256. The bundle reaches the executors either as a
-path every executor can read (a shared or distributed file system mounted at the same place), or,
-with ``ship=True``, through ``SparkContext.addFile`` (copied into every executor's work directory,
-found there with ``SparkFiles.get``). Each task runs torch with as many threads as the task has CPUs
-(``spark.task.cpus``, default 1), so the executors' cores are not oversubscribed.
-
-Entities whose events all lie after ``as_of`` are left out by default (``on_empty="skip"``, as
-``seqenc embed`` does).
-
-``events_per_call`` was called ``chunk_events`` up to 0.1.0; that keyword still works for one release,
-with a :class:`DeprecationWarning` (the export's ``chunk_events``, the size of its temporary
-partitions, is another thing).
+The events are hash-partitioned by entity and sorted inside each partition, so every entity lies
+in exactly one partition; ``mapInArrow`` streams each partition in chunks of about
+``events_per_call`` events, cut after a complete entity, through the encoding core
+(:func:`seqenc.encoding.encode_events`). The bundle is loaded once per Python worker, from a path
+every executor reads or shipped with ``ship=True``; each task runs torch with ``spark.task.cpus``
+threads. Entities whose events all lie after ``as_of`` are skipped (``on_empty="skip"``). The old
+keyword ``chunk_events`` still works, with a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations

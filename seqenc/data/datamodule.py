@@ -65,7 +65,7 @@ class SequenceDataModule(pl.LightningDataModule):
         windows: train on every :attr:`window_len`-event window of a long history
             (:func:`~seqenc.data.split.training_windows`), so each event is a target once; ``False``
             trains on the newest window only, as the original SASRec does. Only histories longer
-            than a window change: a third of MovieLens-1M's events, 3 % of Amazon Beauty's.
+            than a window change.
         batch_size, eval_batch_size: samples per training / evaluation batch.
         bucket_factor: batches per length-sorted mega-batch (see
             :class:`~seqenc.data.sampling.BucketBatchSampler`).

@@ -1,50 +1,13 @@
 """A deterministic synthetic account-event log with planted, checkable structure and the dynamics
-of real event streams (sessions, bursts, periodic revisits, repeats of recent items, time of day).
+of real event streams: sessions and bursts, periodic revisits of a habit item, item chains, repeats
+of recent items, a daily rhythm, event types, channels and amounts.
 
-Every account has a latent ``account_type`` (the ground-truth label; it is returned so tests and
-benchmarks can score embeddings, and must NOT be fed to a model as a feature). The type picks a
-*behaviour profile* (:func:`behaviour_profile`) and a *tempo* (the median gap within a session, from
-``GAP_MEDIAN_S[0]`` for type 0 to ``GAP_MEDIAN_S[1]`` for the last type, geometrically).
-
-**Times.** Each account runs on its own activity clock, in units of its tempo:
-
-* *sessions*: geometric session lengths (mean ``SESSION_MEAN`` events); gaps within a session are
-  log-normal around the tempo, gaps between sessions ``SESSION_BREAK`` times longer (bursts);
-* *periodic revisits*: every account has a *habit item* (a draw from its profile's preference)
-  that it uses again every ``PERIOD_GAPS`` tempos (±``PERIOD_JITTER``), a second event stream merged
-  into the first (a monthly bill, a weekly report);
-* *time of day*: activity time is mapped to wall-clock time through a daily intensity
-  ``1 + DIURNAL_AMPLITUDE * cos(2π (hour - peak) / 24)`` whose peak hour depends on the profile, so
-  events crowd into each profile's active hours (UTC) and thin out twelve hours later.
-
-**Items.** The first event of an account and a share of the others are *fresh* draws from the
-profile's Zipf preference over its own permutation of the items, mixed with a shared popularity Zipf;
-at night (``NIGHT_HOURS``) fresh draws use the profile's second, night-time preference. Within a
-session the next item is the profile's fixed successor of the previous one with probability
-``P_FOLLOW`` (item chains) and a *repeat* of a recent event with probability ``P_REPEAT`` (the event
-``lag`` back, ``lag`` geometric with mean ``1 / P_LAG``); a session opens with a repeat with
-probability ``P_REPEAT_START``, else a fresh draw. Habit events carry the habit item.
-
-The last type is a *time twin* of type 0: it shares type 0's profile (items, chains, repeats, event
-types, channels, amounts, history lengths, active hours) and differs only in its tempo, 30 s versus 2
-days; every rule above is in tempo units, so order alone cannot tell the twins apart; time can.
-
-**Event types, channels, amounts.** Per-profile ``event_type`` / ``channel`` mixes; purchases carry
-an item-specific log-normal price, every other event has ``amount`` 0.
-
-How the signal is measured with plain statistics (``tests/test_synthetic.py`` does):
-
-1. per-account item-count vectors → nearest-centroid classifier predicts the profile far above chance;
-2. the pooled item histograms of types 0 and ``n_types - 1`` agree up to sampling noise, while their
-   median within-account gaps differ by orders of magnitude;
-3. a bigram (previous item → most frequent next item) predictor beats the most-popular-item baseline on
-   each account's held-out last event;
-4. most events repeat an item of the account's own recent history, and "repeat the most recent
-   distinct item" beats popularity on held-out last events;
-5. an account's most regular item (lowest spread of the gaps between its uses) recurs with a gap
-   spread far below that of its other repeated items (the periodic revisits);
-6. the hour of day is far from uniform, peaks at each profile's own hour, and night-time item
-   histograms differ from day-time ones within a profile.
+Every account has a latent ``account_type`` (returned so tests and benchmarks can score
+embeddings; never a model feature) that picks a behaviour profile (:func:`behaviour_profile`) and a
+tempo, the median gap within a session. The last type is a *time twin* of type 0: the same profile
+at another tempo; every rule runs in tempo units on the account's own activity clock, so order
+alone cannot tell the twins apart and time can. The module's constants set the rates;
+``tests/test_synthetic.py`` measures each planted signal with plain statistics.
 """
 
 from __future__ import annotations
@@ -68,7 +31,7 @@ SESSION_MEAN = 8.0  # mean events per session (geometric)
 SESSION_BREAK = 10.0  # gaps between sessions are this many times longer than within
 PERIOD_GAPS = 80.0  # a habit item recurs every PERIOD_GAPS tempos of activity time ...
 PERIOD_JITTER = 0.05  # ... with this relative spread
-DIURNAL_AMPLITUDE = 0.8  # daily intensity 1 ± 0.8: active hours hold 9x the trough's rate
+DIURNAL_AMPLITUDE = 0.8  # daily intensity 1 ± 0.8: peak hours 1.8 / 0.2 of the trough
 PEAK_HOURS = (14.0, 20.0, 9.0)  # UTC peak hour of profile p: PEAK_HOURS[p % 3]
 NIGHT_HOURS = (22, 6)  # fresh draws in [22:00, 06:00) use the profile's night-time preference
 LENGTH_MEDIAN, LENGTH_SIGMA = 30.0, 1.2  # log-normal history length before clipping

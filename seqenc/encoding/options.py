@@ -12,7 +12,7 @@ OUTPUTS = ("pandas", "numpy", "torch", "arrow")
 # is "raise" in Encoder.encode / update and "skip" in the bulk paths (seqenc embed, the export, Spark).
 ON_EMPTY = ("raise", "skip")
 # Padded positions per forward pass: batches whose activations stay near the CPU's caches run
-# fastest (2,048 beat 4,096 by 7-10 % at d=128 and tied at d=64: BENCHMARKS.md).
+# fastest.
 MAX_TOKENS = 2048
 
 

@@ -1,44 +1,14 @@
-"""Streaming embedding export: event files → one embedding per entity in Parquet, in bounded memory,
-on one device or many (``seqenc embed``).
+"""Streaming embedding export (``seqenc embed``): event files → one embedding per entity in Parquet,
+in bounded memory, on one device or many.
 
-How memory stays bounded while every entity sees its whole history:
-
-1. **Partition** (:mod:`~seqenc.export.partition`, one process, streaming). The input files are
-   read block by block by the same reader as ``encode()`` and training
-   (:class:`~seqenc.data.events.EventScan`: each event typed and checked once, errors name the file
-   and its row); rows are routed by a fixed hash of the entity id to one of
-   ``K = ceil(n_events / chunk_events)`` temporary Parquet files (CSV rows are estimated from line
-   breaks, not parsed twice). Each partition is an *entity-complete* chunk of about
-   ``chunk_events`` events.
-2. **Embed** (:mod:`~seqenc.export.predict`, Lightning ``trainer.predict``). Partitions are read one
-   at a time: histories with the bundle's schema and vocabularies → length-sorted batches →
-   embeddings; :mod:`~seqenc.export.writer` appends them as row groups of ``row_group_size`` rows.
-   Memory holds one partition and at most two row groups, whatever the input size.
-
-Scale-out: with ``W > 1`` processes (``--strategy ddp --devices W``; on CPU the gloo backend) rank 0
-partitions while the others wait; every rank then embeds every ``W``-th batch of every partition.
-
-Output layout: one process writes the single file ``<output>`` (a path ending in ``/`` or naming a
-directory is refused: give a file name); ``W`` processes write a directory ``<output>/`` of
-``part-00000.parquet`` … one per rank, which pyarrow, pandas (``pd.read_parquet(output)``), DuckDB
-(``read_parquet('<output>/*.parquet')``) and Spark read as one table. A directory is never replaced
-by a file nor the reverse. Columns: ``entity_id`` (the log's id type), ``embedding``
-``fixed_size_list<float32>[d]``, ``n_events`` int32 (events fed to the model),
-``last_event_time`` ``timestamp[us, UTC]`` (null without times); rows in no particular order. File
-metadata: ``seqenc.model``, ``seqenc.version``, ``seqenc.config_hash``, ``seqenc.weights_sha256``,
-``seqenc.dim``, ``seqenc.as_of``, ``seqenc.space`` (``native`` or ``parent``) and ``seqenc.space_id``
-(:func:`seqenc.compat.space_id` of the space written).
-
-Atomicity: everything is written under the scratch directory ``.<output name>.seqenc-tmp/`` beside
-the output (:mod:`~seqenc.export.scratch`: locked by one run at a time; a second export to the same
-output fails at once) and renamed to ``<output>`` once complete (:mod:`seqenc.atomic`). A failed run
-leaves no ``<output>``; its scratch is removed on failure, or by the next run if it was killed.
-SIGTERM (``timeout``, ``docker stop``, Kubernetes) stops a run as Ctrl-C does: it raises
-:class:`seqenc.signals.Terminated` (``seqenc embed`` exits 143), no output, scratch removed.
-
-Inputs are never written: an output that is one of the input files (through links), holds one,
-or that the ``events`` argument would read next time (inside an input directory or matching an
-input glob) is refused before anything is written.
+Two passes keep memory bounded while every entity sees its whole history:
+:mod:`~seqenc.export.partition` routes the events by a hash of the entity id into temporary,
+entity-complete Parquet partitions of about ``chunk_events`` events, then
+:mod:`~seqenc.export.predict` embeds one partition at a time (Lightning ``trainer.predict``) and
+:mod:`~seqenc.export.writer` appends row groups. With ``W`` processes (``--strategy ddp``) each
+rank writes its own shard. Everything is written under a locked scratch directory beside the output
+(:mod:`~seqenc.export.scratch`) and renamed when complete, so a failed or killed run leaves no
+output; an output that would overwrite or be read as an input is refused before any work.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Dropout whose CPU training mask costs a quarter of a random draw per element.
 
 On a CPU, ``nn.Dropout`` fills its mask with ``bernoulli_``: one generator call per element, the
-biggest single cost of a SASRec training step after the matmuls (14 % of an ml-1m step at d=64,
-BENCHMARKS.md). Here each element instead gets 16 bits of one full 64-bit draw (four elements per
+biggest single cost of a small training step after the matmuls. Here each element instead gets 16 bits of one full 64-bit draw (four elements per
 draw) and is kept when those bits clear a threshold, so the drop probability is ``p`` rounded to a
 multiple of 1/65536 and the kept values are scaled by the exact ``1 / (1 - p_rounded)``: the
 output's expectation is the input, as with ``nn.Dropout``. Elsewhere (GPUs, eval mode) it is

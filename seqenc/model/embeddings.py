@@ -123,8 +123,8 @@ class TokenEmbedding(nn.Module):
         others broadcast to it).
 
         At eager inference with small tables this is one ``embedding_bag`` over a cached
-        concatenation of the tables, a single pass that writes each token vector once (about 2x
-        faster than a gather and an add per table at d=128: BENCHMARKS.md); the sum is taken in
+        concatenation of the tables, a single pass that writes each token vector once (faster than
+        a gather and an add per table); the sum is taken in
         the same order, so the values are the same. Otherwise (training, tracing, export, large
         tables, whose copy would cost memory) each table is looked up and added in place.
         """

@@ -3,7 +3,7 @@
 On a CPU at inference (float32, no autograd, not being traced for ONNX, at least
 ``MIN_FUSED_ROWS`` rows) this is oneDNN's fused linear, the kernel torch.compile's CPU backend
 emits for the same pattern: the bias, the GELU or the residual add happen inside the matmul instead
-of as separate passes over a ``[tokens, 4d]`` tensor (8 % of ``encode`` at d=128, BENCHMARKS.md).
+of as separate passes over a ``[tokens, 4d]`` tensor.
 Anywhere else, and in builds without that kernel, it is the plain eager sequence; both compute the
 same values (exact GELU).
 """
@@ -23,8 +23,8 @@ def _onednn_linear() -> object | None:
 
 
 ONEDNN_LINEAR = _onednn_linear()
-# Below this many rows the plain sequence is faster: the fused call has a fixed cost of some
-# tens of µs (a few µs for F.linear), more than the pass it saves (BENCHMARKS.md).
+# Below this many rows the plain sequence is faster: the fused call's fixed cost, larger than
+# F.linear's, outweighs the pass it saves.
 MIN_FUSED_ROWS = 128
 
 

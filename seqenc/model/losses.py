@@ -67,7 +67,7 @@ def _chunked_ce(
 
     Logits are computed in ``dtype`` (the autocast dtype), softmax and sums in float32. Each chunk's
     logits are laid out item-major, ``[n_items, chunk]`` (= ``weight @ h.T``): with K = d as small as
-    64, that GEMM runs ~2x faster on a CPU than the row-major one, and the softmax reductions run down
+    64, that GEMM runs faster on a CPU than the row-major one, and the softmax reductions run down
     contiguous columns. The gradient of the mean loss w.r.t. the logits, ``(softmax - onehot) / N``,
     is never formed: the softmax's per-row ``1 / sum`` goes onto ``h`` and onto ``exp.T @ w``, the
     one-hot part is a gather/scatter of single rows, and ``1 / N`` is applied once at the end. So the
@@ -148,7 +148,7 @@ def full_softmax_ce(
     ``F.cross_entropy(hidden @ weight[3:].T, targets - 3)`` over the kept rows.
     ``matmul_dtype``: ``"bfloat16"`` runs the output layer's three matmuls in bfloat16 (softmax and
     sums stay float32), as bf16 autocast would, without casting the rest of the model: on CPUs
-    with AMX / AVX-512 BF16 that is most of a SASRec step's FLOPs at 2-3x the float32 rate.
+    with AMX / AVX-512 BF16 that is most of a SASRec step's FLOPs at a higher rate than float32.
     Default: the autocast dtype when autocast is on, else the dtype of ``hidden``.
     """
     h, t = _valid_rows(hidden, targets)

@@ -61,7 +61,7 @@ class RepeatHead(nn.Module):
 
         Position i may copy event j when j <= i, j is a real event and its item a real item.
         The ``[B, Q, L]`` biases are table lookups by plain indexing: ``nn.Embedding``'s backward
-        over that many indices is ~10x slower on a CPU. With the default ``at`` the steps ago,
+        over that many indices is much slower on a CPU. With the default ``at`` the steps ago,
         the same for every history, are bucketed once (``[1, L, L]``) and broadcast.
         """
         positions = torch.arange(hidden.shape[1], device=hidden.device)
