@@ -66,7 +66,9 @@ def write_log(path: Path, n_events: int, n_items: int, seed: int = 0) -> Path:
     cdf /= cdf[-1]
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    schema = pa.schema([("entity_id", pa.int64()), ("item_id", pa.int64()), ("timestamp", pa.int64())])
+    schema = pa.schema(
+        [("entity_id", pa.int64()), ("item_id", pa.int64()), ("timestamp", pa.int64())]
+    )
     with pq.ParquetWriter(tmp, schema) as writer:
         for first in range(0, n_entities, ENTITIES_PER_CHUNK):
             count = min(ENTITIES_PER_CHUNK, n_entities - first)

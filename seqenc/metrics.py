@@ -79,7 +79,7 @@ class RankingMetrics(Metric):
         return {name: value.float() for name, value in out.items()}
 
     def half_widths(self) -> dict[str, float]:
-        """Half-width of each metric's 95 % confidence interval over the evaluated targets
+        """Half-width of each metric's confidence interval at the 0.95 level over the evaluated targets
         (normal approximation of a mean: 1.96 standard errors)."""
         n = max(int(self.count), 1)
         out = {}

@@ -72,8 +72,8 @@ class SequenceDataModule(pl.LightningDataModule):
         num_workers: DataLoader worker processes.
         eval_entities: evaluate (validation and test) on this many entities drawn at random,
             the same ones in every run on the same log (a fixed draw, not the run's seed), instead
-            of all: for logs with very many entities. The test prints each metric's 95 %
-            confidence interval beside it. ``None`` (the default): every entity.
+            of all: for logs with very many entities. The test prints each metric's confidence
+            interval (0.95 level) beside it. ``None`` (the default): every entity.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.

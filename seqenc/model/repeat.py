@@ -10,9 +10,8 @@ A learned gate mixes it with the catalogue softmax:
 
     P(v | i) = (1 - g_i) softmax(h_i W^T)_v + g_i sum_{j <= i, item_j = v} a_ij
 
-Training minimises the cross-entropy of that mixture (:func:`mixture_nll`). The copy part is exact;
-the catalogue part is :func:`~seqenc.model.losses.target_log_softmax`: exact (chunked, never the
-logit matrix) under ``ce``, estimated over shared sampled candidates under ``sampled_softmax``.
+Training minimises the cross-entropy of that mixture (:func:`mixture_nll`): the copy part exact,
+the catalogue part :func:`~seqenc.model.losses.target_log_softmax` (exact or sampled).
 """
 
 from __future__ import annotations
