@@ -160,6 +160,7 @@ def run_cell(args: argparse.Namespace) -> dict:
     record = {
         "events": args.cell[0],
         "items": args.cell[1],
+        "vocabulary": model.config.n_items - 3,  # the distinct items the log drew
         "loss": model.loss,
         "build_s": built,
         "s_per_step": spent / args.steps,
@@ -204,9 +205,9 @@ def run_grid(cells: list[tuple[int, int, list[str]]], args: argparse.Namespace) 
 
 def table(rows: list[dict], gflops: float) -> list[str]:
     lines = [
-        "| events | items | loss | s/step | events/s | × rate of fewest items | test s | "
-        "test ÷ matmul bound | peak RSS GB |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| events | catalogue | items in the log | loss | s/step | events/s | × rate of fewest items "
+        "| test s | test ÷ matmul bound | peak RSS GB |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     base = {}
     for row in rows:
@@ -218,7 +219,8 @@ def table(rows: list[dict], gflops: float) -> list[str]:
             bound = f"{row['test_s'] / (row['test_flop'] / (gflops * 1e9)):.2f}"
         loss = row["loss"] + (f" ({row['extra']})" if row["extra"] else "")
         lines.append(
-            f"| {row['events']:,} | {row['items']:,} | {loss} | {row['s_per_step']:.3f} | "
+            f"| {row['events']:,} | {row['items']:,} | {row['vocabulary']:,} | {loss} | "
+            f"{row['s_per_step']:.3f} | "
             f"{row['events_per_s']:,.0f} | {row['events_per_s'] / ref['events_per_s']:.2f} | "
             f"{test} | {bound} | {row['peak_rss_gb']:.2f} |"
         )

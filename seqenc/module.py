@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.data.spec import DataSpec
@@ -273,7 +274,7 @@ class SeqencModule(pl.LightningModule):
                 group["weight_decay"] = decay
 
     def on_fit_start(self) -> None:
-        log.info("loss: %s (%s)", self.loss, self.loss_reason)
+        rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
         log.info(
             "evaluation: leave-one-out, full ranking over %d items, seen items %s",
             self.config.n_items - N_SPECIAL,

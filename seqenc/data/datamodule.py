@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.batches import Batch, collate
@@ -25,8 +25,6 @@ from seqenc.data.spec import DataSpec
 from seqenc.data.split import SequenceView, entity_subset, leave_one_out, training_windows
 from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
-
-log = logging.getLogger(__name__)
 
 
 class ViewDataset(Dataset):
@@ -141,7 +139,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if self.eval_entities is None or self.eval_entities >= len(test):
             return train, val, test
         rows = np.random.default_rng(0).choice(test.rows, self.eval_entities, replace=False)
-        log.info("evaluating %d of %d entities (data.eval_entities)", len(rows), len(test))
+        rank_zero_info(f"evaluating {len(rows):,} of {len(test):,} entities (data.eval_entities)")
         return train, entity_subset(val, rows), entity_subset(test, rows)
 
     @cached_property
