@@ -352,12 +352,23 @@ def test_an_old_option_name_is_one_line_naming_the_new_one(tmp_path, capsys):
     cases = {
         ("--data.path", "x.parquet", "--model.d_model", "16"): "model.d_model is now model.encoder.d_model",
         ("--config", str(old)): f"{old}: data.max_len is now data.history_len",
+        ("--data.path", "x.parquet", "--data.min_count", "2"): "data.min_count is now data.min_item_count",
     }  # fmt: skip
     for args, words in cases.items():
         with pytest.raises(SystemExit) as info:
             main(["fit", *args])
         err = capsys.readouterr().err.strip().splitlines()
         assert info.value.code == 1 and err[-1] == f"seqenc fit: error: {words}"
+
+
+def test_vocabulary_bounds_parse_as_one_number_or_one_per_column(capsys):
+    args = ["--data.path", "x.parquet", "--data.max_items", "1000", "--data.oov_buckets", "64"]
+    args += ["--data.min_category_count", "5", "--data.max_categories", "{merchant: 100}"]
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *args, "--print_config"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "max_items: 1000" in out and "oov_buckets: 64" in out
+    assert "min_category_count: 5" in out and "merchant: 100" in out
 
 
 def test_a_schema_for_a_format_that_names_its_own_columns_is_refused(tmp_path, capsys):
