@@ -4,9 +4,9 @@
 >>> df = enc.encode(events, as_of="2024-06-01")                # doctest: +SKIP
 
 The encoding itself is the core's (:mod:`seqenc.encoding`: the same path as training, items the
-model never saw become UNK or a bucket, token-budget batches, eval mode, identical results); this
-module is the facade: output forms, the backend (torch, or ``backend="onnxruntime"`` on the graph
-``seqenc onnx`` writes), incremental states and recommendations (always torch).
+model never saw become UNK or a bucket, token-budget batches, eval mode, identical results on two
+calls); this module is the facade: output forms, the backend (torch, or ``backend="onnxruntime"``
+on the graph ``seqenc onnx`` writes), incremental states and recommendations (always torch).
 """
 
 from __future__ import annotations
