@@ -56,8 +56,8 @@ def test_max_size_keeps_exactly_the_top_n_by_count_ties_by_value(values, max_siz
     vocab = Vocabulary.fit(values, min_count, max_size)
     kept = ranked[:max_size]
     assert vocab.values.to_pylist() == kept
-    left_out = len(counts) - len(kept)
-    assert vocab.oov_buckets == left_out and len(vocab) == N_SPECIAL + len(kept) + left_out
+    buckets = min(len(counts) - len(kept), max(len(kept), 1))  # at most one per value kept
+    assert vocab.oov_buckets == buckets and len(vocab) == N_SPECIAL + len(kept) + buckets
     assert (vocab.fit_events, vocab.oov_events) == (
         len(values),
         sum(counts[v] for v in counts if v not in kept),
@@ -114,7 +114,7 @@ def test_the_share_printed_equals_a_naive_count_for_items_and_each_column():
     assert line.startswith(
         f"vocabulary: items: 10 kept, {data.vocabs.item.oov_buckets} buckets, {item:.2%} of events in buckets"
     )
-    assert f"event_type: 2 kept, 3 buckets, {kind:.2%} of events in buckets" in line  # of 5 kinds
+    assert f"event_type: 2 kept, 2 buckets, {kind:.2%} of events in buckets" in line  # of 5 kinds
     assert "channel: 3 kept, 0 buckets, 0.00% of events to UNK" in line  # not bounded
 
 
@@ -125,7 +125,7 @@ def test_category_bounds_one_for_all_or_per_column_and_bad_options_are_one_line(
     assert [len(v.values) for v in every.categorical.values()] == [1, 1]
     per = Vocabularies.fit(table, SCHEMA, VocabBounds(min_category_count={"channel": 10**9}))
     assert (
-        len(per.categorical["channel"].values) == 0 and per.categorical["channel"].oov_buckets == 3
+        len(per.categorical["channel"].values) == 0 and per.categorical["channel"].oov_buckets == 1
     )
     assert len(per.categorical["event_type"].values) == 5  # not named: unbounded
     with pytest.raises(SeqencError, match=r"max_categories names \['chanel'\], not categorical"):
@@ -148,17 +148,17 @@ def test_a_bounded_bundle_stores_its_figures_and_encodes_unseen_values_alike(tmp
     path = random_bundle(tmp_path / "b", events, SCHEMA, 16, bounds=bounds)
     encoder, meta, vocabs = load_bundle(path)
     _, fitted = build_sequences(events, SCHEMA, bounds=bounds)
-    assert vocabs == fitted and encoder.config.n_items == N_SPECIAL + 12 + 28
+    assert vocabs == fitted and encoder.config.n_items == N_SPECIAL + 12 + 12  # 28 left out
     config = json.loads((path / CONFIG_FILE).read_text())
     assert config["vocabulary"] == fitted.figures() == meta.vocabulary
     assert config["vocabulary"]["item"] == {
         "kept": 12,
-        "oov_buckets": 28,
+        "oov_buckets": 12,
         "oov_share": fitted.item.oov_share,
     }
     unseen = events.assign(item_id=events["item_id"] + 1000)
     store, _ = build_sequences(unseen, SCHEMA, vocabs=vocabs)
-    expected = 15 + stable_hash(unseen["item_id"].to_numpy()) % 28
+    expected = 15 + stable_hash(unseen["item_id"].to_numpy()) % 12
     np.testing.assert_array_equal(np.sort(store.items), np.sort(expected.astype(np.int64)))
 
 

@@ -36,7 +36,7 @@ def test_fit_order_matches_a_counter(values, min_count, oov_buckets):
     vocab = Vocabulary.fit(values, min_count, oov_buckets=oov_buckets)
     assert vocab.values.to_pylist() == expected
     n_left = len(counts) - len(expected)
-    buckets = min(1024, n_left) if oov_buckets is None else oov_buckets
+    buckets = min(n_left, max(len(expected), 1)) if oov_buckets is None else oov_buckets
     assert len(vocab) == N_SPECIAL + len(expected) + buckets
     ids, n_unknown = vocab.encode(values)
     assert n_unknown == sum(counts[v] < min_count for v in values)

@@ -9,8 +9,15 @@ import numpy as np
 
 from seqenc.errors import SeqencError
 
-DEFAULT_OOV_BUCKETS = 1024  # the most buckets a bound makes when oov_buckets is not set
+MAX_DEFAULT_BUCKETS = 1024
 PerColumn = int | dict[str, int]
+
+
+def default_buckets(n_kept: int, n_left: int) -> int:
+    """Buckets when ``oov_buckets`` is not set: one per value left out, at most
+    :data:`MAX_DEFAULT_BUCKETS` and at most one per value kept (at least one), so a bound at most
+    doubles the table it shrinks and a fit that leaves nothing out has none."""
+    return min(MAX_DEFAULT_BUCKETS, n_left, max(n_kept, 1))
 
 
 def check_count(value: Any, name: str, low: int = 1, optional: bool = False) -> None:
@@ -33,8 +40,8 @@ class VocabBounds:
         min_category_count, max_categories: the same for the categorical columns: one number for
             every column, or a mapping column → number (a column it does not name is unbounded),
             since a log's columns range from a few event kinds to millions of merchants.
-        oov_buckets: buckets per bounded vocabulary; None: one per value left out, at most
-            :data:`DEFAULT_OOV_BUCKETS`; 0: values left out encode as UNK.
+        oov_buckets: buckets per vocabulary; None: :func:`default_buckets`; 0: values left out
+            encode as UNK.
     """
 
     min_item_count: int = 1

@@ -70,7 +70,8 @@ class SequenceDataModule(pl.LightningDataModule):
         oov_buckets: the values a bound leaves out, and values first seen at encode time, share
             this many hashed buckets per vocabulary: ids after the kept values, with their own
             embeddings, predicted and evaluated as items are. ``None``: one per value left out, at
-            most 1,024 (none without a bound); 0: they encode as UNK, as before bounds existed.
+            most 1,024 and at most one per value kept (none without a bound); 0: they encode as
+            UNK, as before bounds existed.
         windows: train on every :attr:`window_len`-event window of a long history
             (:func:`~seqenc.data.split.training_windows`), so each event is a target once; ``False``
             trains on the newest window only, as the original SASRec does. Only histories longer

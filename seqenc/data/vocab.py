@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seqenc.data.bounds import DEFAULT_OOV_BUCKETS, VocabBounds, check_count
+from seqenc.data.bounds import VocabBounds, check_count, default_buckets
 from seqenc.data.hashing import stable_hash
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
@@ -95,9 +95,9 @@ class Vocabulary:
         """Vocabulary of ``values`` by descending count, ties by ascending value; nulls ignored.
 
         Keeps the values seen at least ``min_count`` times, and of those the ``max_size`` most
-        frequent. The values left out share ``oov_buckets`` buckets; ``None`` makes one per value
-        left out up to :data:`DEFAULT_OOV_BUCKETS` (so a fit that leaves nothing out has none), 0
-        sends them to UNK.
+        frequent. The values left out share ``oov_buckets`` buckets (``None``:
+        :func:`~seqenc.data.bounds.default_buckets`, none when nothing is left out; 0: they encode
+        as UNK).
         """
         check_count(min_count, "min_count")
         check_count(max_size, "max_size", optional=True)
@@ -111,7 +111,7 @@ class Vocabulary:
         n_kept = int(np.count_nonzero(count >= min_count))  # a prefix: counts descend
         n_kept = n_kept if max_size is None else min(n_kept, int(max_size))
         if oov_buckets is None:
-            oov_buckets = min(DEFAULT_OOV_BUCKETS, len(table) - n_kept)
+            oov_buckets = default_buckets(n_kept, len(table) - n_kept)
         return cls(
             table["value"].slice(0, n_kept).cast(arr.type),
             int(min_count),
