@@ -99,6 +99,10 @@ def test_json_round_trip():
         ('{"dtype": "string", "values": ["a", "b", "a"], "min_count": 1}', "duplicates, e.g. 'a'"),
         ('{"dtype": "string", "values": [], "min_count": 0}', "min_count"),
         ('{"values": []}', "keys"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "extra": 1}', "may have"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "oov_buckets": -1}', "oov_buckets"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "max_size": 0}', "max_size"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "oov_events": 2}', "exceed"),
     ],
 )
 def test_from_dict_rejects_bad_contents(content, message):
