@@ -218,8 +218,9 @@ class Vocabulary:
     def describe(self) -> str:
         """What the bound did, in words: values kept, buckets, share of fit-time events left out."""
         where = "in buckets" if self.oov_buckets else "to UNK"
+        plural = "" if self.oov_buckets == 1 else "s"
         return (
-            f"{len(self._values):,} kept, {self.oov_buckets:,} buckets, "
+            f"{len(self._values):,} kept, {self.oov_buckets:,} bucket{plural}, "
             f"{self.oov_share:.2%} of events {where}"
         )
 
