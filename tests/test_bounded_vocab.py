@@ -123,6 +123,13 @@ def test_category_bounds_one_for_all_or_per_column_and_bad_options_are_one_line(
     table = pa.Table.from_pandas(events)
     every = Vocabularies.fit(table, SCHEMA, VocabBounds(max_categories=1, oov_buckets=3))
     assert [len(v.values) for v in every.categorical.values()] == [1, 1]
+    assert [v.oov_buckets for v in every.categorical.values()] == [
+        3,
+        3,
+    ] and every.item.oov_buckets == 0
+    items_only = Vocabularies.fit(table, SCHEMA, VocabBounds(max_items=10, oov_buckets=64))
+    assert items_only.item.oov_buckets == 64  # an unbounded column gets none
+    assert [v.oov_buckets for v in items_only.categorical.values()] == [0, 0]
     per = Vocabularies.fit(table, SCHEMA, VocabBounds(min_category_count={"channel": 10**9}))
     assert (
         len(per.categorical["channel"].values) == 0 and per.categorical["channel"].oov_buckets == 1

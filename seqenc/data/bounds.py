@@ -40,8 +40,8 @@ class VocabBounds:
         min_category_count, max_categories: the same for the categorical columns: one number for
             every column, or a mapping column → number (a column it does not name is unbounded),
             since a log's columns range from a few event kinds to millions of merchants.
-        oov_buckets: buckets per vocabulary; None: :func:`default_buckets`; 0: values left out
-            encode as UNK.
+        oov_buckets: buckets per bounded vocabulary (an unbounded one has none: no fit-time value
+            would train them); None: :func:`default_buckets`; 0: values left out encode as UNK.
     """
 
     min_item_count: int = 1
@@ -60,11 +60,20 @@ class VocabBounds:
                 where = f"{name}[{column!r}]" if column else name
                 check_count(n, where, optional=name == "max_categories")
 
-    def category(self, column: str) -> tuple[int, int | None]:
-        """``(min_count, max_size)`` of the categorical ``column``."""
+    def item(self) -> tuple[int, int | None, int | None]:
+        """``(min_count, max_size, oov_buckets)`` of the item vocabulary (:meth:`Vocabulary.fit`'s
+        arguments)."""
+        return self._with_buckets(self.min_item_count, self.max_items)
+
+    def category(self, column: str) -> tuple[int, int | None, int | None]:
+        """``(min_count, max_size, oov_buckets)`` of the categorical ``column``."""
         low, high = self.min_category_count, self.max_categories
         low = low.get(column, 1) if isinstance(low, dict) else low
-        return low, high.get(column) if isinstance(high, dict) else high
+        return self._with_buckets(low, high.get(column) if isinstance(high, dict) else high)
+
+    def _with_buckets(self, low: int, high: int | None) -> tuple[int, int | None, int | None]:
+        bounded = low > 1 or high is not None
+        return low, high, self.oov_buckets if bounded else 0
 
     def check_columns(self, categorical: tuple[str, ...]) -> None:
         """A per-column bound must name a categorical column (a typo would bound nothing)."""

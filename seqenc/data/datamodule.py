@@ -68,7 +68,7 @@ class SequenceDataModule(pl.LightningDataModule):
         min_category_count, max_categories: the same for the categorical columns: one number for
             all, or a mapping column → number (a column it does not name is unbounded).
         oov_buckets: the values a bound leaves out, and values first seen at encode time, share
-            this many hashed buckets per vocabulary: ids after the kept values, with their own
+            this many hashed buckets per bounded vocabulary (an unbounded one has none): ids after the kept values, with their own
             embeddings, predicted and evaluated as items are. ``None``: one per value left out, at
             most 1,024 and at most one per value kept (none without a bound); 0: they encode as
             UNK, as before bounds existed.

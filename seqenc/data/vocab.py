@@ -302,14 +302,10 @@ class Vocabularies:
         every value kept)."""
         bounds = bounds or VocabBounds()
         bounds.check_columns(schema.categorical)
-        fit = Vocabulary.fit
         return cls(
-            item=fit(
-                table[schema.item], bounds.min_item_count, bounds.max_items, bounds.oov_buckets
-            ),
+            item=Vocabulary.fit(table[schema.item], *bounds.item()),
             categorical={
-                c: fit(table[c], *bounds.category(c), bounds.oov_buckets)
-                for c in schema.categorical
+                c: Vocabulary.fit(table[c], *bounds.category(c)) for c in schema.categorical
             },
         )
 
