@@ -1,5 +1,6 @@
 """`seqenc` end to end: a short fit through the LightningCLI beats a popularity baseline."""
 
+import json
 import math
 import sys
 import time
@@ -265,6 +266,25 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
     assert "repeat an item of their history" in out
     metrics = pd.read_csv(next(tmp_path.rglob("metrics.csv")))
     assert "baseline/repeat/ndcg@10" in metrics.columns
+
+
+def test_fit_prints_the_share_of_events_in_buckets_and_the_bundle_keeps_it(
+    tmp_path, monkeypatch, capsys
+):
+    events = generate_events(60, n_items=20, seed=2, max_events=30)
+    events.to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--data.path", "events.parquet", "--data.max_items", "8", "--data.history_len", "16",
+          "--model.encoder.d_model", "16", "--trainer.max_epochs", "1",
+          "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    out = capsys.readouterr().out
+    counts = events["item_id"].value_counts().sort_index()
+    counts = counts.sort_values(ascending=False, kind="stable")  # ties by value
+    share = counts.iloc[8:].sum() / counts.sum()
+    assert f"vocabulary: items: 8 kept, 8 buckets, {share:.2%} of events in buckets\n" in out
+    bundle = tmp_path / out.strip().splitlines()[-1].removeprefix("bundle: ")
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["vocabulary"]["item"] == {"kept": 8, "oov_buckets": 8, "oov_share": share}
 
 
 RESUME = ("--data.history_len", "8", "--model.encoder.d_model", "8", "--trainer.max_epochs", "1")
