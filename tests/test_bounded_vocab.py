@@ -137,6 +137,8 @@ def test_category_bounds_one_for_all_or_per_column_and_bad_options_are_one_line(
     assert len(per.categorical["event_type"].values) == 5  # not named: unbounded
     with pytest.raises(SeqencError, match=r"max_categories names \['chanel'\], not categorical"):
         Vocabularies.fit(table, SCHEMA, VocabBounds(max_categories={"chanel": 2}))
+    with pytest.raises(SeqencError, match="min_item_count=1000000 leaves no item"):
+        Vocabularies.fit(table, SCHEMA, VocabBounds(min_item_count=10**6))
     bad = [
         ({"max_items": 0}, "max_items must be an integer >= 1 or None, got 0"),
         ({"min_item_count": 1.5}, "min_item_count must be an integer >= 1, got 1.5"),

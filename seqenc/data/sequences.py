@@ -16,9 +16,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seqenc.data.bounds import VocabBounds
 from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
 from seqenc.data.schema import EventSchema
-from seqenc.data.vocab import VocabBounds, Vocabularies
+from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
 
 log = logging.getLogger(__name__)
@@ -304,9 +305,8 @@ def _radix_order(key: np.ndarray, order: np.ndarray) -> np.ndarray:
 def log_unknown_values(
     n_events: int, n_unknown_items: int, n_unknown_categorical: dict[str, int]
 ) -> None:
-    """Warn about events whose item or categorical value the vocabularies do not know (→ a
-    bucket, or UNK);
-    the counts are a store's (or several stores' sums)."""
+    """Warn about events whose item or categorical value the vocabularies do not know (→ a bucket,
+    or UNK); the counts are a store's (or several stores' sums)."""
     if n_unknown_items:
         log.warning(
             "%d of %d events have items unknown to the model (encoded as UNK or a bucket)",

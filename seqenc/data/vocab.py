@@ -302,8 +302,14 @@ class Vocabularies:
         every value kept)."""
         bounds = bounds or VocabBounds()
         bounds.check_columns(schema.categorical)
+        item = Vocabulary.fit(table[schema.item], *bounds.item())
+        if item.fit_events and not len(item.values):
+            raise SeqencError(
+                f"min_item_count={bounds.min_item_count} leaves no item in the vocabulary (none is "
+                "seen that often); lower it"
+            )
         return cls(
-            item=Vocabulary.fit(table[schema.item], *bounds.item()),
+            item=item,
             categorical={
                 c: Vocabulary.fit(table[c], *bounds.category(c)) for c in schema.categorical
             },
