@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -54,6 +54,9 @@ class BundleMeta:
             it existed: not checked).
         seqenc_version: the seqenc version that wrote the bundle.
         format_version: the bundle layout version.
+        vocabulary: what the vocabulary bounds did at fit time (:meth:`Vocabularies.figures`:
+            values kept, out-of-vocabulary buckets, share of training events in them), for people
+            to read; encoding reads the buckets from ``vocab.json`` (``{}`` in older bundles).
     """
 
     name: str
@@ -66,6 +69,7 @@ class BundleMeta:
     vocab_sha256: str = ""
     seqenc_version: str = __version__
     format_version: int = FORMAT_VERSION
+    vocabulary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dim(self) -> int:
@@ -84,6 +88,7 @@ class BundleMeta:
             "config_hash": self.config_hash,
             "weights_sha256": self.weights_sha256,
             "vocab_sha256": self.vocab_sha256,
+            "vocabulary": self.vocabulary,
         }
 
     @classmethod
@@ -104,13 +109,14 @@ class BundleMeta:
             d |= {"history_len": stored["max_len"]} if "max_len" in stored else {}
             if isinstance(d.get("encoder"), dict):
                 d["encoder"] = EncoderConfig.upgrade(d["encoder"])
-        optional = {"vocab_sha256"}
+        optional = {"vocab_sha256", "vocabulary"}
         missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in optional]
         if missing:
             raise SeqencError(f"{where}: missing key(s) {missing}")
         for key in ("name", "objective", "config_hash", "weights_sha256", "seqenc_version"):
             _expect(d[key], str, f"{where}: {key}")
         _expect(d.get("vocab_sha256", ""), str, f"{where}: vocab_sha256")
+        _expect(d.get("vocabulary", {}), dict, f"{where}: vocabulary")
         _expect(d["history_len"], int, f"{where}: history_len")
         for key in ("encoder", "schema"):
             _expect(d[key], dict, f"{where}: {key}")
@@ -130,6 +136,7 @@ class BundleMeta:
             vocab_sha256=d.get("vocab_sha256", ""),
             seqenc_version=d["seqenc_version"],
             format_version=version,
+            vocabulary=d.get("vocabulary", {}),
         )
         meta.check(where)
         if meta.config_hash != _hash({k: stored[k] for k in stored if k in HASHED}):
@@ -291,6 +298,7 @@ def save_bundle(
             config_hash=config_hash(**config_text),
             weights_sha256=file_sha256(tmp / WEIGHTS_FILE),
             vocab_sha256=file_sha256(tmp / VOCAB_FILE),
+            vocabulary=spec.vocabs.figures(),
         )
         meta.check(where)
         (tmp / CONFIG_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")

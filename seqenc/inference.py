@@ -4,9 +4,9 @@
 >>> df = enc.encode(events, as_of="2024-06-01")                # doctest: +SKIP
 
 The encoding itself is the core's (:mod:`seqenc.encoding`: the same path as training, items the
-model never saw become UNK, token-budget batches, eval mode, identical results on two calls); this
-module is the facade: output forms, the backend (torch, or ``backend="onnxruntime"`` on the graph
-``seqenc onnx`` writes), incremental states and recommendations (always torch).
+model never saw become UNK or a bucket, token-budget batches, eval mode, identical results on two
+calls); this module is the facade: output forms, the backend (torch, or ``backend="onnxruntime"``
+on the graph ``seqenc onnx`` writes), incremental states and recommendations (always torch).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from seqenc.bundle import BundleMeta
 from seqenc.compat import Lineage, load_lineage, select_space, tag_space
 from seqenc.data.batches import Batch
 from seqenc.data.events import Source
-from seqenc.data.vocab import N_SPECIAL
 from seqenc.encoding import MAX_TOKENS, OUTPUTS, LoadedBundle, encode_events, iter_batches, load_on
 from seqenc.encoding.options import check_choice
 from seqenc.encoding.store import sequences
@@ -138,13 +137,13 @@ class Encoder(LoadedBundle):
         Returns a long DataFrame: ``entity_id``, ``rank`` (1 = best), ``item_id`` (original item
         values) and ``score``, sorted by entity then rank. With ``filter_seen`` an item anywhere in
         the entity's history (not only its newest ``history_len`` events) is never recommended, so an
-        entity may get fewer than ``k`` rows.
+        entity may get fewer than ``k`` rows. An out-of-vocabulary bucket is never recommended.
         """
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise SeqencError(f"k must be a positive integer, got {k!r}")
         store, counts = sequences(events, self.meta, self.vocabs, as_of, on_empty, None)
         counts.report()
-        k = min(int(k), len(self.vocabs.item) - N_SPECIAL)
+        k = min(int(k), len(self.vocabs.item.values))
         batches = iter_batches(store, self.meta.history_len, batch_size, with_seen=filter_seen)
         found = [self._top(b, k, filter_seen) for b in batches] or [(np.zeros(0),) * 3]
         rows, items, scores = (np.concatenate(x) for x in zip(*found, strict=True))
@@ -174,7 +173,8 @@ class Encoder(LoadedBundle):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             scorer = self.model.next_item_scorer(batch)  # with the repeat head: the mixture
         scorer.seen = batch.seen if filter_seen else None
-        scores, items = scorer.top_k(k)  # a chunk of the catalogue at a time
+        # a chunk of the catalogue at a time; a bucket is no item to offer
+        scores, items = scorer.top_k(k, stop=self.vocabs.item.bucket_start)
         return (
             batch.index.cpu().numpy().repeat(k),
             items.cpu().numpy().ravel(),

@@ -24,7 +24,7 @@ class Embeddings:
         embeddings: ``[n, d]`` float32 (numpy array or torch tensor).
         n_events: events of each history fed to the model.
         last_event_time: ``datetime64[us]`` UTC of each entity's last event (NaT without times).
-        n_unknown_items: events whose item the model never saw (encoded as UNK).
+        n_unknown_items: events whose item is not in the vocabulary (encoded as UNK or a bucket).
         n_skipped: entities left out for having no event at or before ``as_of``.
         n_unknown_categorical: per categorical column, events whose value the model never saw.
     """

@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from seqenc.bundle import save_bundle
+from seqenc.data.bounds import VocabBounds
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
@@ -22,13 +23,15 @@ def random_bundle(
     history_len: int,
     std: float | None = None,
     name: str = "random",
+    bounds: VocabBounds | None = None,
     **options: Any,
 ) -> Path:
     """A bundle of a seeded random-weights ``EncoderConfig(**options)`` with vocabularies fitted on
     ``events``, fed ``history_len`` events and holding ``history_len + 1`` positions, as a trained
     model does. ``std``: every weight drawn from N(0, std), large enough that each input moves the
-    embedding (parity tests need that); ``None`` keeps the model's own initialisation."""
-    _, vocabs = build_sequences(events, schema, keep_newest=None)
+    embedding (parity tests need that); ``None`` keeps the model's own initialisation. ``bounds``:
+    the vocabulary bounds (none: every value kept)."""
+    _, vocabs = build_sequences(events, schema, keep_newest=None, bounds=bounds)
     config = EncoderConfig(
         n_items=len(vocabs.item),
         n_positions=history_len + 1,

@@ -1,5 +1,6 @@
 """`seqenc` end to end: a short fit through the LightningCLI beats a popularity baseline."""
 
+import json
 import math
 import sys
 import time
@@ -267,6 +268,25 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
     assert "baseline/repeat/ndcg@10" in metrics.columns
 
 
+def test_fit_prints_the_share_of_events_in_buckets_and_the_bundle_keeps_it(
+    tmp_path, monkeypatch, capsys
+):
+    events = generate_events(60, n_items=20, seed=2, max_events=30)
+    events.to_parquet(tmp_path / "events.parquet")
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--data.path", "events.parquet", "--data.max_items", "8", "--data.history_len", "16",
+          "--model.encoder.d_model", "16", "--trainer.max_epochs", "1",
+          "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    out = capsys.readouterr().out
+    counts = events["item_id"].value_counts().sort_index()
+    counts = counts.sort_values(ascending=False, kind="stable")  # ties by value
+    share = counts.iloc[8:].sum() / counts.sum()
+    assert f"vocabulary: items: 8 kept, 8 buckets, {share:.2%} of events in buckets\n" in out
+    bundle = tmp_path / out.strip().splitlines()[-1].removeprefix("bundle: ")
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["vocabulary"]["item"] == {"kept": 8, "oov_buckets": 8, "oov_share": share}
+
+
 RESUME = ("--data.history_len", "8", "--model.encoder.d_model", "8", "--trainer.max_epochs", "1")
 
 
@@ -352,12 +372,23 @@ def test_an_old_option_name_is_one_line_naming_the_new_one(tmp_path, capsys):
     cases = {
         ("--data.path", "x.parquet", "--model.d_model", "16"): "model.d_model is now model.encoder.d_model",
         ("--config", str(old)): f"{old}: data.max_len is now data.history_len",
+        ("--data.path", "x.parquet", "--data.min_count", "2"): "data.min_count is now data.min_item_count",
     }  # fmt: skip
     for args, words in cases.items():
         with pytest.raises(SystemExit) as info:
             main(["fit", *args])
         err = capsys.readouterr().err.strip().splitlines()
         assert info.value.code == 1 and err[-1] == f"seqenc fit: error: {words}"
+
+
+def test_vocabulary_bounds_parse_as_one_number_or_one_per_column(capsys):
+    args = ["--data.path", "x.parquet", "--data.max_items", "1000", "--data.oov_buckets", "64"]
+    args += ["--data.min_category_count", "5", "--data.max_categories", "{merchant: 100}"]
+    with pytest.raises(SystemExit) as info:
+        main(["fit", *args, "--print_config"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "max_items: 1000" in out and "oov_buckets: 64" in out
+    assert "min_category_count: 5" in out and "merchant: 100" in out
 
 
 def test_a_schema_for_a_format_that_names_its_own_columns_is_refused(tmp_path, capsys):

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqenc.data.bounds import VocabBounds
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
@@ -173,9 +174,12 @@ def test_inference_with_given_vocabularies_counts_unknowns():
     assert store.numeric["amount"].tolist() == [0.5, 1.5, 2.5]
 
 
-def test_min_count_sends_rare_items_to_unk():
+def test_min_item_count_sends_rare_items_to_a_bucket_or_unk():
     df = pd.DataFrame({"entity_id": [1, 1, 1], "item_id": [4, 4, 5], "timestamp": [0, 1, 2]})
-    store, vocabs = build_sequences(df, min_count=2)
+    store, vocabs = build_sequences(df, bounds=VocabBounds(min_item_count=2))
+    assert store.items.tolist() == [3, 3, 4] and store.n_unknown_items == 1  # 4: the one bucket
+    assert vocabs.item.oov_buckets == 1 and vocabs.item.unknown(store.items).tolist() == [0, 0, 1]
+    store, _ = build_sequences(df, bounds=VocabBounds(min_item_count=2, oov_buckets=0))
     assert store.items.tolist() == [3, 3, UNK] and store.n_unknown_items == 1
 
 

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from seqenc.data.bounds import VocabBounds
 from seqenc.data.events import read_events
+from seqenc.data.hashing import stable_hash
 from seqenc.data.schema import EventSchema
 from seqenc.data.vocab import MASK, N_SPECIAL, PAD, UNK, Vocabularies, Vocabulary
 from seqenc.errors import SeqencError
@@ -23,16 +25,26 @@ def test_reserved_ids():
     assert (Vocabulary.PAD, Vocabulary.MASK, Vocabulary.UNK, Vocabulary.N_SPECIAL) == (0, 1, 2, 3)
 
 
-@given(st.lists(st.integers(-5, 5)) | st.lists(st.text("abcé", max_size=3)), st.integers(1, 3))
-def test_fit_order_matches_a_counter(values, min_count):
+@given(
+    st.lists(st.integers(-5, 5)) | st.lists(st.text("abcé", max_size=3)),
+    st.integers(1, 3),
+    st.sampled_from([0, None, 2]),
+)
+def test_fit_order_matches_a_counter(values, min_count, oov_buckets):
     counts = Counter(values)
     expected = sorted((v for v in counts if counts[v] >= min_count), key=lambda v: (-counts[v], v))
-    vocab = Vocabulary.fit(values, min_count)
+    vocab = Vocabulary.fit(values, min_count, oov_buckets=oov_buckets)
     assert vocab.values.to_pylist() == expected
-    assert len(vocab) == N_SPECIAL + len(expected)
+    n_left = len(counts) - len(expected)
+    buckets = min(n_left, max(len(expected), 1)) if oov_buckets is None else oov_buckets
+    assert len(vocab) == N_SPECIAL + len(expected) + buckets
     ids, n_unknown = vocab.encode(values)
     assert n_unknown == sum(counts[v] < min_count for v in values)
     assert list(vocab.decode(ids)) == [v if counts[v] >= min_count else None for v in values]
+    start = N_SPECIAL + len(expected)
+    for v, i in zip(values, ids, strict=True):
+        if counts[v] < min_count:  # the bucket of its hash, or UNK without buckets
+            assert i == (start + int(stable_hash([v])[0]) % buckets if buckets else UNK)
 
 
 def test_input_kinds_agree():
@@ -67,7 +79,15 @@ def test_encode_unknowns_nulls_shapes_and_cross_type():
 def test_json_round_trip():
     vocab = Vocabulary.fit(["x", "y", "y", "z"], min_count=1)
     assert Vocabulary.from_dict(json.loads(json.dumps(vocab.to_dict()))) == vocab
-    assert vocab.to_dict() == {"dtype": "string", "values": ["y", "x", "z"], "min_count": 1}
+    assert vocab.to_dict() == {
+        "dtype": "string",
+        "values": ["y", "x", "z"],
+        "min_count": 1,
+        "max_size": None,
+        "oov_buckets": 0,
+        "fit_events": 4,
+        "oov_events": 0,
+    }
 
 
 @pytest.mark.parametrize(
@@ -79,6 +99,10 @@ def test_json_round_trip():
         ('{"dtype": "string", "values": ["a", "b", "a"], "min_count": 1}', "duplicates, e.g. 'a'"),
         ('{"dtype": "string", "values": [], "min_count": 0}', "min_count"),
         ('{"values": []}', "keys"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "extra": 1}', "may have"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "oov_buckets": -1}', "oov_buckets"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "max_size": 0}', "max_size"),
+        ('{"dtype": "string", "values": [], "min_count": 1, "oov_events": 2}', "exceed"),
     ],
 )
 def test_from_dict_rejects_bad_contents(content, message):
@@ -98,8 +122,8 @@ def test_vocabularies_fit_and_round_trip():
             "kind": ["buy", "view", "view", None],
         }
     )
-    vocabs = Vocabularies.fit(read_events(df, schema), schema, min_count=2)
-    assert vocabs.item.values.to_pylist() == ["a"]  # min_count applies to items only
+    vocabs = Vocabularies.fit(read_events(df, schema), schema, VocabBounds(min_item_count=2))
+    assert vocabs.item.values.to_pylist() == ["a"]  # min_item_count applies to items only
     assert vocabs.categorical["kind"].values.to_pylist() == ["view", "buy"]
     assert Vocabularies.from_dict(json.loads(json.dumps(vocabs.to_dict()))) == vocabs
     with pytest.raises(SeqencError, match="keys"):

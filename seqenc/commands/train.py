@@ -78,6 +78,8 @@ class SeqencCLI(LightningCLI):
 
     def before_fit(self) -> None:
         check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
+        if self.trainer.is_global_zero:
+            print(self.datamodule.vocabs.describe())
 
     def after_fit(self) -> None:
         writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))
@@ -90,8 +92,9 @@ class SeqencCLI(LightningCLI):
             align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
 
 
-# Keys renamed when the lengths got their names and the model its encoder section.
-RENAMED = {"data.max_len": "data.history_len"} | {
+# Keys renamed when the lengths got their names, the model its encoder section and the item
+# vocabulary its bounds.
+RENAMED = {"data.max_len": "data.history_len", "data.min_count": "data.min_item_count"} | {
     f"model.{name}": f"model.encoder.{name}" for name in sorted(ENCODER_FIELDS - set(FROM_DATA))
 }
 
@@ -201,6 +204,7 @@ FIRST_OPTIONS = {
         ("schema.categorical", "categorical event columns, e.g. '[channel]'"),
         ("schema.numeric", "numeric event columns, e.g. '[amount]'"),
         ("history_len", "events per history fed to the model (the newest)"),
+        ("max_items", "keep the most frequent items; the rest share hashed buckets"),
         ("batch_size", "training samples per batch"),
     ],
     "model": [

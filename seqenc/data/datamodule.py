@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.batches import Batch, collate
+from seqenc.data.bounds import PerColumn, VocabBounds
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
@@ -59,7 +60,16 @@ class SequenceDataModule(pl.LightningDataModule):
             holds :attr:`window_len` events: a history and the event that follows it, which the
             objective turns into inputs and labels (:mod:`seqenc.model.objectives`).
         min_len: entities with fewer events are left out of the splits.
-        min_count: items seen fewer times map to UNK.
+        min_item_count: items seen fewer times are left out of the vocabulary (into buckets).
+        max_items: keep at most this many items, the most frequent (ties by value); the item table
+            is most of a model, so a log of millions of items sets this (``None``: no maximum).
+        min_category_count, max_categories: the same for the categorical columns: one number for
+            all, or a mapping column → number (a column it does not name is unbounded).
+        oov_buckets: the values a bound leaves out, and values first seen at encode time, share
+            this many hashed buckets per bounded vocabulary (an unbounded one has none): ids after the kept values, with their own
+            embeddings, predicted and evaluated as items are. ``None``: one per value left out, at
+            most 1,024 and at most one per value kept (none without a bound); 0: they encode as
+            UNK, as before bounds existed.
         windows: train on every :attr:`window_len`-event window of a long history
             (:func:`~seqenc.data.split.training_windows`), so each event is a target once; ``False``
             trains on the newest window only, as the original SASRec does. Only histories longer
@@ -84,7 +94,11 @@ class SequenceDataModule(pl.LightningDataModule):
         schema: EventSchema | None = None,
         history_len: int = 200,
         min_len: int = 3,
-        min_count: int = 1,
+        min_item_count: int = 1,
+        max_items: int | None = None,
+        min_category_count: PerColumn = 1,
+        max_categories: PerColumn | None = None,
+        oov_buckets: int | None = None,
         windows: bool = True,
         batch_size: int = 128,
         eval_batch_size: int = 256,
@@ -100,7 +114,10 @@ class SequenceDataModule(pl.LightningDataModule):
                 "columns (drop the schema, or set format: events)"
             )
         self.path, self.format, self.schema = path, format, schema or EventSchema()
-        self.history_len, self.min_len, self.min_count = history_len, min_len, min_count
+        self.history_len, self.min_len = history_len, min_len
+        self.bounds = VocabBounds(
+            min_item_count, max_items, min_category_count, max_categories, oov_buckets
+        )
         self.windows = windows
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
@@ -120,7 +137,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self._events
         return build_sequences(
-            events, schema, keep_newest=None, min_count=self.min_count, vocabs=self._restored_vocabs
+            events, schema, keep_newest=None, vocabs=self._restored_vocabs, bounds=self.bounds
         )
 
     @property

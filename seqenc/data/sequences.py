@@ -16,9 +16,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seqenc.data.bounds import VocabBounds
 from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
 from seqenc.data.schema import EventSchema
-from seqenc.data.vocab import UNK, Vocabularies
+from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,10 @@ class SequenceStore(Jagged):
         categorical: column name → ``[n_events]`` int64 vocabulary ids.
         numeric: column name → ``[n_events]`` float32 values.
         has_time: whether the log had real timestamps.
-        n_unknown_items: events whose item was not in the vocabulary (mapped to UNK).
+        n_unknown_items: events whose item was not in the vocabulary (mapped to its
+            out-of-vocabulary bucket, or to UNK without buckets).
         n_unknown_categorical: column name → events whose (non-null) value was not in that
-            column's vocabulary (mapped to UNK, like nulls).
+            column's vocabulary (mapped as items are; nulls are UNK and not counted).
     """
 
     entity_ids: pa.Array
@@ -89,7 +91,7 @@ def build_sequences(
     keep_newest: int | None = None,
     as_of: object = None,
     vocabs: Vocabularies | None = None,
-    min_count: int = 1,
+    bounds: VocabBounds | None = None,
 ) -> tuple[SequenceStore, Vocabularies]:
     """Group an event log into per-entity, time-ordered, vocabulary-encoded histories.
 
@@ -101,10 +103,10 @@ def build_sequences(
         as_of: point-in-time cut (datetime, ISO string, ``pd.Timestamp`` or epoch seconds): events
             later than it are dropped, so a history "as of T" never sees the future; entities
             with no event left are left out. It is also the reference time of ``dt_ref``.
-        vocabs: vocabularies to encode with (inference: unseen items and categories become UNK,
-            counted in ``n_unknown_items``); ``None`` fits new ones on these events after the
-            ``as_of`` cut (training).
-        min_count: when fitting, items seen fewer times map to UNK.
+        vocabs: vocabularies to encode with (inference: unseen items and categories take their
+            out-of-vocabulary bucket, or UNK without buckets, counted in ``n_unknown_items``);
+            ``None`` fits new ones on these events after the ``as_of`` cut (training).
+        bounds: when fitting, how large the vocabularies may grow (None: every value kept).
 
     Ordering: entities by ascending id; events by time, and events with equal times by
     ``schema.tie_order`` (the schema's ``tie_breakers``, then item, categorical and numeric
@@ -120,7 +122,7 @@ def build_sequences(
         ``(store, vocabs)``: the histories and the vocabularies used (fitted or given).
     """
     table, ref_time = _cut(events, schema, as_of, keep_newest)
-    vocabs = _vocabularies(table, schema, vocabs, min_count)
+    vocabs = _vocabularies(table, schema, vocabs, bounds)
     codes, entity_ids = _entity_codes(table[schema.entity])
     n_events, n_entities = len(codes), len(entity_ids)
     order, times = _ordered(table, schema, codes, n_entities)
@@ -174,11 +176,11 @@ def _cut(
 
 
 def _vocabularies(
-    table: pa.Table, schema: EventSchema, vocabs: Vocabularies | None, min_count: int
+    table: pa.Table, schema: EventSchema, vocabs: Vocabularies | None, bounds: VocabBounds | None
 ) -> Vocabularies:
     """``vocabs``, or new ones fitted on ``table``; refused when a categorical column has none."""
     if vocabs is None:
-        vocabs = Vocabularies.fit(table, schema, min_count)
+        vocabs = Vocabularies.fit(table, schema, bounds)
     missing = [c for c in schema.categorical if c not in vocabs.categorical]
     if missing:
         raise SeqencError(
@@ -217,9 +219,9 @@ def _encoded_values(
         "items": items,
         "categorical": categorical,
         "numeric": {c: table[c].to_numpy()[kept] for c in schema.numeric},
-        "n_unknown_items": int(np.count_nonzero(items == UNK)),
+        "n_unknown_items": int(np.count_nonzero(vocabs.item.unknown(items))),
         "n_unknown_categorical": {
-            c: int(np.count_nonzero((ids == UNK) & _valid(table[c])[kept]))
+            c: int(np.count_nonzero(vocabs.categorical[c].unknown(ids) & _valid(table[c])[kept]))
             for c, ids in categorical.items()
         },
     }
@@ -303,18 +305,18 @@ def _radix_order(key: np.ndarray, order: np.ndarray) -> np.ndarray:
 def log_unknown_values(
     n_events: int, n_unknown_items: int, n_unknown_categorical: dict[str, int]
 ) -> None:
-    """Warn about events whose item or categorical value the vocabularies do not know (→ UNK);
-    the counts are a store's (or several stores' sums)."""
+    """Warn about events whose item or categorical value the vocabularies do not know (→ a bucket,
+    or UNK); the counts are a store's (or several stores' sums)."""
     if n_unknown_items:
         log.warning(
-            "%d of %d events have items unknown to the model (encoded as UNK)",
+            "%d of %d events have items unknown to the model (encoded as UNK or a bucket)",
             n_unknown_items,
             n_events,
         )
     for column, n in n_unknown_categorical.items():
         if n:
             log.warning(
-                "%d of %d events have a %r value unknown to the model (encoded as UNK; a column "
+                "%d of %d events have a %r value unknown to the model (UNK or a bucket; a column "
                 "of another type than in training, e.g. ints for text, is compared as text)",
                 n,
                 n_events,

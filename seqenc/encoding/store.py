@@ -28,7 +28,7 @@ class Counts:
     :class:`~seqenc.outputs.Embeddings`, the incremental state's ``stats``).
 
     Attributes:
-        n_unknown_items: events whose item the model never saw (encoded as UNK).
+        n_unknown_items: events whose item is not in the vocabulary (encoded as UNK or a bucket).
         n_skipped: entities left out for having no event at or before ``as_of``.
         n_unknown_categorical: per categorical column, events whose value the model never saw.
         n_events, n_entities: events and entities encoded (for the log lines and the export).

@@ -93,11 +93,13 @@ class NextItemScorer:
             logits[rows[inside], items[inside] - start] = -torch.inf
         return logits
 
-    def chunks(self) -> Iterator[tuple[int, Tensor]]:
-        """``(start, scores)`` for consecutive item chunks covering the catalogue."""
+    def chunks(self, stop: int | None = None) -> Iterator[tuple[int, Tensor]]:
+        """``(start, scores)`` for consecutive item chunks covering the catalogue (its ids below
+        ``stop``, when given)."""
+        stop = self.n_items if stop is None else stop
         step = self.chunk_size()
-        for start in range(0, self.n_items, step):
-            yield start, self.scores(start, min(start + step, self.n_items))
+        for start in range(0, stop, step):
+            yield start, self.scores(start, min(start + step, stop))
 
     def target_scores(self, target: Tensor) -> Tensor:
         """``[B]`` each row's score of its ``target`` item, by the rule of :meth:`scores`."""
@@ -132,10 +134,11 @@ class NextItemScorer:
             ahead += at_least.sum(1)
         return ahead.double().masked_fill(own == -torch.inf, torch.inf)
 
-    def top_k(self, k: int) -> tuple[Tensor, Tensor]:
-        """``(scores, items)``, each ``[B, k]``: the best ``k`` items per row, best first."""
+    def top_k(self, k: int, stop: int | None = None) -> tuple[Tensor, Tensor]:
+        """``(scores, items)``, each ``[B, k]``: the best ``k`` items per row, best first, among
+        the ids below ``stop`` (default: all; ``recommend`` leaves out-of-vocabulary buckets out)."""
         best_scores = best_items = None
-        for start, scores in self.chunks():
+        for start, scores in self.chunks(stop):
             top = scores.topk(min(k, scores.shape[1]), dim=1)
             items = top.indices + start
             if best_scores is not None:
