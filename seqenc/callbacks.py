@@ -43,6 +43,8 @@ class ConfiguredEarlyStopping(EarlyStopping):
         self.keep = keep
 
     def _run_early_stopping_check(self, trainer: pl.Trainer) -> None:
+        if self.monitor not in trainer.callback_metrics:
+            return  # nothing validated yet (e.g. max_steps ends the run inside the first epoch)
         stop_before = trainer.should_stop
         super()._run_early_stopping_check(trainer)
         early = trainer.current_epoch + 1 < self.min_share * (trainer.max_epochs or 0)
