@@ -18,7 +18,7 @@ from seqenc.metrics import RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.model.losses import compute_loss
+from seqenc.model.losses import Proposal, compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
@@ -116,6 +116,9 @@ class SeqencModule(pl.LightningModule):
             encoder=asdict(self.config), filter_seen=self.filter_seen, loss=self.loss
         )
         self.encoder = SequenceEncoder(self.config)
+        # where the sampled term draws negatives from: the training item frequency, once the
+        # datamodule is known (on_fit_start); all items alike until then
+        self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         self.val_metrics = RankingMetrics(ks)
@@ -141,7 +144,9 @@ class SeqencModule(pl.LightningModule):
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
         weight = self.encoder.item_embedding.weight
-        options = hp.loss_options or {}
+        options = dict(hp.loss_options or {})
+        if self.loss == "sampled_softmax" and self.proposal is not None:
+            options.setdefault("proposal", self.proposal)
         if self.encoder.repeat is not None:
             loss = mixture_nll(
                 self.encoder.repeat, hidden, inputs, weight, labels, self.loss, **options
@@ -275,6 +280,10 @@ class SeqencModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if self.loss == "sampled_softmax" and hasattr(datamodule, "item_counts"):
+            counts = torch.from_numpy(datamodule.item_counts(self.config.n_items))
+            self.proposal = Proposal.from_counts(counts).to(self.device)
         log.info(
             "evaluation: leave-one-out, full ranking over %d items, seen items %s",
             self.config.n_items - N_SPECIAL,

@@ -106,7 +106,9 @@ def logq_reference(
 
 def test_sampled_softmax_uniform_matches_reference() -> None:
     hidden, weight, targets = make_case()
-    loss = sampled_softmax(hidden, weight, targets, 50, "uniform", torch.Generator().manual_seed(3))
+    loss = sampled_softmax(
+        hidden, weight, targets, 50, "catalogue", torch.Generator().manual_seed(3)
+    )
     negatives = torch.randint(N_SPECIAL, 29, (50,), generator=torch.Generator().manual_seed(3))
     assert (negatives[None] == targets[:, None]).any()  # the case has accidental hits to remove
     q = torch.full((50,), 1 / 26, dtype=torch.float64)
@@ -132,7 +134,7 @@ def test_sampled_softmax_in_batch_uses_batch_frequencies() -> None:
 def test_sampled_softmax_approaches_full_ce_with_many_samples() -> None:
     hidden, weight, targets = make_case(n_items=15)
     generator = torch.Generator().manual_seed(0)
-    approx = sampled_softmax(hidden, weight, targets, 200_000, "uniform", generator)
+    approx = sampled_softmax(hidden, weight, targets, 200_000, "catalogue", generator)
     torch.testing.assert_close(approx, naive_ce(hidden, weight, targets), rtol=0, atol=0.02)
 
 

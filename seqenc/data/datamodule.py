@@ -23,7 +23,13 @@ from seqenc.data.sequences import (
     require_trainable,
 )
 from seqenc.data.spec import DataSpec
-from seqenc.data.split import SequenceView, entity_subset, leave_one_out, training_windows
+from seqenc.data.split import (
+    SequenceView,
+    entity_subset,
+    flat_events,
+    leave_one_out,
+    training_windows,
+)
 from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
 
@@ -176,6 +182,13 @@ class SequenceDataModule(pl.LightningDataModule):
             self._restored_vocabs = vocabs
             for name in ("_built", "splits", "spec"):
                 self.__dict__.pop(name, None)
+
+    def item_counts(self, n_items: int) -> np.ndarray:
+        """``[n_items]`` int64 occurrences of each item id in the training split (the sampled
+        softmax draws its negatives in proportion to them)."""
+        train = self.splits[0]
+        _, event = flat_events(train, np.arange(len(train)))
+        return np.bincount(self.store.items[event], minlength=n_items)[:n_items]
 
     @property
     def window_len(self) -> int:

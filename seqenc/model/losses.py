@@ -7,7 +7,7 @@ candidates: the softmax runs over the real items ``weight[3:]`` only.
 
 - ``ce``: exact full softmax, fused with the output matmul and chunked over rows so the ``[N, n_items]``
   logit matrix never exists at once (gradients are computed during the forward pass).
-- ``sampled_softmax``: K negatives shared by the batch (half drawn from its targets, half uniform),
+- ``sampled_softmax``: K negatives shared by the batch (half its targets, half the item frequency),
   logQ-corrected, with sparse gradients for the item table: its cost does not grow with the
   catalogue. :func:`target_log_softmax` gives either catalogue term per row (the repeat head's mixture).
 - ``bce``: SASRec's binary cross-entropy with one uniform negative per position.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -208,7 +209,35 @@ def chunked_logsumexp(hidden: Tensor, weight: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------------------
 # Sampled catalogue term: its cost depends on the number of candidates, not of items
 
-SAMPLERS = ("mixed", "uniform", "in_batch")
+SAMPLERS = ("mixed", "catalogue", "in_batch")
+N_NEGATIVES = 1024  # candidates per step of the sampled softmax
+FREQUENCY_POWER = 0.75  # the frequency proposal flattened toward the tail, as word2vec's
+
+
+@dataclass
+class Proposal:
+    """A distribution over item ids to draw shared negatives from: the training items' counts
+    (plus one, so every real item can be drawn) raised to :data:`FREQUENCY_POWER`."""
+
+    probs: Tensor  # [n_items] float64, 0 for the special ids
+    cdf: Tensor  # [n_items] float64, its running sum
+
+    @classmethod
+    def from_counts(cls, counts: Tensor, power: float = FREQUENCY_POWER) -> Proposal:
+        weights = (counts.double() + 1.0).pow(power)
+        weights[:N_SPECIAL] = 0.0
+        probs = weights / weights.sum()
+        return cls(probs, probs.cumsum(0))
+
+    def to(self, device: torch.device) -> Proposal:
+        return Proposal(self.probs.to(device), self.cdf.to(device))
+
+    def draw(self, k: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+        """``[k]`` item ids drawn with replacement (inverse CDF: no per-step pass over the items)."""
+        source = generator.device if generator is not None else device
+        u = torch.rand(k, generator=generator, dtype=torch.float64, device=source).to(device)
+        ids = torch.searchsorted(self.cdf, u * self.cdf[-1], right=True)
+        return ids.clamp(N_SPECIAL, len(self.cdf) - 1)
 
 
 def sample_candidates(
@@ -217,26 +246,33 @@ def sample_candidates(
     n_negatives: int,
     sampler: str = "mixed",
     generator: torch.Generator | None = None,
+    proposal: Proposal | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(candidates, log_count)``: ``[K]`` item ids shared by every row of a batch and the log of
     each one's expected number of copies among the K draws, the logQ correction.
 
-    ``"in_batch"`` draws from the batch's ``targets`` (the item frequency as the batch sees it),
-    ``"uniform"`` from all real items, ``"mixed"`` half each (frequent items as hard negatives, the
-    tail still reached). For mixed draws the expected count is the sum over both proposals (the
+    ``"in_batch"`` draws from the batch's ``targets`` (hard negatives: what this batch asks for),
+    ``"catalogue"`` from ``proposal`` (the training item frequency; all real items alike when
+    ``None``), ``"mixed"`` half each. For mixed draws the expected count sums both proposals (the
     balance heuristic of multiple importance sampling), which keeps the estimate unbiased.
     """
     if sampler not in SAMPLERS:
         raise SeqencError(f"sampled_softmax: sampler={sampler!r} not in {SAMPLERS}")
     if n_negatives < 1:
         raise SeqencError(f"sampled_softmax: n_negatives={n_negatives} must be >= 1")
-    n_batch = {"mixed": n_negatives // 2, "uniform": 0, "in_batch": n_negatives}[sampler]
-    n_uniform = n_negatives - n_batch
+    n_batch = {"mixed": n_negatives // 2, "catalogue": 0, "in_batch": n_negatives}[sampler]
+    n_other = n_negatives - n_batch
     device = targets.device
     from_batch = targets[randint(0, len(targets), (n_batch,), generator, device)]
-    uniform = randint(N_SPECIAL, n_items, (n_uniform,), generator, device)
-    candidates = torch.cat([from_batch, uniform])
-    count = torch.full((len(candidates),), n_uniform / (n_items - N_SPECIAL), device=device)
+    if proposal is None:
+        other = randint(N_SPECIAL, n_items, (n_other,), generator, device)
+    else:
+        other = proposal.draw(n_other, generator, device)
+    candidates = torch.cat([from_batch, other])
+    if proposal is None:
+        count = torch.full((len(candidates),), n_other / (n_items - N_SPECIAL), device=device)
+    else:
+        count = (proposal.probs[candidates] * n_other).float()
     if n_batch:  # copies of each candidate among the targets, without an [n_items] table
         values, copies = torch.unique(targets, return_counts=True)
         at = torch.searchsorted(values, candidates).clamp(max=len(values) - 1)
@@ -249,9 +285,10 @@ def sampled_log_softmax(
     hidden: Tensor,
     weight: Tensor,
     targets: Tensor,
-    n_negatives: int = 256,
+    n_negatives: int = N_NEGATIVES,
     sampler: str = "mixed",
     generator: torch.Generator | None = None,
+    proposal: Proposal | None = None,
 ) -> Tensor:
     """``[N]`` float32 estimate of each row's ``log softmax(hidden @ weight[3:].T)`` at its target:
     the exact target logit against ``log(e^{s+} + sum_j e^{s_j} / E[count_j])`` over the shared
@@ -261,7 +298,7 @@ def sampled_log_softmax(
     gradients, so a step's update of the item table touches only the rows it read.
     """
     candidates, log_count = sample_candidates(
-        targets, weight.shape[0], n_negatives, sampler, generator
+        targets, weight.shape[0], n_negatives, sampler, generator, proposal
     )
     positive = (hidden * F.embedding(targets, weight, sparse=True)).sum(-1).float()
     negative = (hidden @ F.embedding(candidates, weight, sparse=True).T).float() - log_count
@@ -273,15 +310,16 @@ def sampled_softmax(
     hidden: Tensor,
     weight: Tensor,
     targets: Tensor,
-    n_negatives: int = 256,
+    n_negatives: int = N_NEGATIVES,
     sampler: str = "mixed",
     generator: torch.Generator | None = None,
+    proposal: Proposal | None = None,
 ) -> Tensor:
     """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`)."""
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    return -sampled_log_softmax(h, weight, t, n_negatives, sampler, generator).mean()
+    return -sampled_log_softmax(h, weight, t, n_negatives, sampler, generator, proposal).mean()
 
 
 def target_log_softmax(
@@ -293,7 +331,7 @@ def target_log_softmax(
         exact = (hidden * weight[targets]).sum(-1).float()
         return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
-        accepted = {"n_negatives", "sampler", "generator"}
+        accepted = {"n_negatives", "sampler", "generator", "proposal"}
         if set(opts) - accepted:
             raise SeqencError(
                 f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "
