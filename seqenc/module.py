@@ -18,11 +18,12 @@ from seqenc.metrics import RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.model.losses import Proposal, compute_loss
+from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
+from seqenc.model.sampled import Proposal
 from seqenc.run_options import (
     REPEAT_SHARE,
     check_options,

@@ -18,6 +18,7 @@ from seqenc.model.losses import (
     sampled_softmax,
     target_log_softmax,
 )
+from seqenc.model.sampled import Proposal, sample_candidates
 
 N_SPECIAL = 3
 
@@ -262,3 +263,22 @@ def test_target_log_softmax_exact_and_sampled_estimate():
     torch.testing.assert_close(estimate, naive, rtol=0, atol=0.03)
     with pytest.raises(SeqencError, match="normalised catalogue term"):
         target_log_softmax(h, weight, t, "gbce")
+
+
+def test_frequency_proposal_draws_in_proportion_and_corrects_by_its_probabilities():
+    counts = torch.tensor([0, 0, 0, 99, 0, 15, 3])  # ids 0-2 are special: never drawn
+    proposal = Proposal.from_counts(counts)
+    weights = (counts.double() + 1) ** 0.75
+    weights[:N_SPECIAL] = 0
+    torch.testing.assert_close(proposal.probs, weights / weights.sum())
+    draws = proposal.draw(200_000, torch.Generator().manual_seed(0), torch.device("cpu"))
+    share = torch.bincount(draws, minlength=7).double() / len(draws)
+    torch.testing.assert_close(share, proposal.probs, rtol=0, atol=0.005)
+    targets = torch.tensor([3, 3, 5])
+    gen = torch.Generator().manual_seed(1)
+    candidates, log_count = sample_candidates(targets, 7, 6, "mixed", gen, proposal)
+    # 3 draws from the batch's targets, 3 from the proposal: E[copies of j] under both
+    expected = (
+        3 * (targets[None, :] == candidates[:, None]).sum(1) / 3 + 3 * proposal.probs[candidates]
+    )
+    torch.testing.assert_close(log_count, expected.log().float())
