@@ -13,8 +13,8 @@ trains exactly what the command line would: its objective, repeat head, contrast
 size and windows. Of one epoch's training batches, ``--steps`` are timed, picked evenly across the
 widths (batches are length-bucketed, and compute grows with width); a step is the module's
 ``training_step`` (every loss term), backward, gradient clipping at 1.0 (the command's default) and
-an AdamW step. Events are the real events of the timed batches; events/s is their sum over the
-summed step times, and the epoch time is extrapolated by events. Repeats of all cases are
+the module's optimiser step (AdamW; row-sparse for the item table under a sampled loss). Events
+are the real events of the timed batches; events/s is their sum over the summed step times, and the epoch time is extrapolated by events. Repeats of all cases are
 interleaved (round robin), so load from other users of the machine hits every case alike; the table
 holds the median over repeats. Validation, data loading and Lightning's loop are not in it (the
 ``time seqenc fit`` figures in BENCHMARKS.md are). fp32 matmul GFLOP/s at the same thread count is
@@ -47,6 +47,7 @@ import torch
 from seqenc.atomic import write_text
 from seqenc.commands.train import SeqencCLI
 from seqenc.data.datamodule import SequenceDataModule
+from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.module import SeqencModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,14 +159,14 @@ class Timed:
         self.shape = f"{rows} × {epoch[0].items.shape[1]}…{epoch[-1].items.shape[1]}"
         self.epochs = cli.trainer.max_epochs
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.optimizer = RowSparseAdamW(self.model.parameters(), lr=1e-3)
         self.step(self.sample[-1])  # untimed: the widest batch, allocations settle
 
     def step(self, batch) -> None:
         loss = self.model.training_step(batch, 0)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        clip_grad_norm(self.model.parameters(), 1.0)
         self.optimizer.step()
 
     def parts(self) -> dict[str, float]:
@@ -184,7 +185,7 @@ class Timed:
             if model.hparams.contrastive_weight > 0:
                 model.contrastive_loss(batch).backward()
             contrastive_end = time.process_time()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            clip_grad_norm(model.parameters(), 1.0)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             encoder = encoder_end - loss_end if model.hparams.next_item_weight > 0 else 0.0
