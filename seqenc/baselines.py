@@ -8,7 +8,12 @@ most recent distinct items" can beat a trained model, and on a catalogue with a 
 - **popularity**: items ranked by their count in the training part of the split (each entity's
   events but the last two), ties broken by the smaller item id;
 - **repeat**: items of the sample's history first, the most recently used first (an item's score
-  is the position of its last occurrence); items the entity never used follow in popularity order.
+  is the position of its last occurrence); items the entity never used follow in popularity order;
+- **topfreq** (under the basket protocol, P-TopFreq of the next-basket literature): items of the
+  history first, the most often used first (ties: the most recent), then popularity order.
+
+Under the basket protocol (a view with ``target_ends``) the three rank the target basket with
+:class:`~seqenc.metrics.BasketMetrics`, the model's metrics there.
 
 The history of a sample is its whole input ``[start, end)``, not truncated to the model's
 ``history_len``, the same events the evaluation's seen-item filter removes.
@@ -21,11 +26,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from seqenc.data.batches import target_sets
 from seqenc.data.split import SequenceView, flat_events
 from seqenc.data.vocab import N_SPECIAL
-from seqenc.metrics import RankingMetrics
+from seqenc.metrics import BasketMetrics, RankingMetrics
 
 BASELINES = ("popularity", "repeat")
+BASKET_BASELINES = ("popularity", "topfreq", "repeat")
 _BLOCK_CELLS = 1 << 22  # samples x items per dense score block (32 MiB of float64)
 
 
@@ -53,12 +60,15 @@ def _block_scores(
     scores = np.broadcast_to(popularity, (len(idx), len(popularity))).copy()
     sample, event = flat_events(view, idx)
     items = view.store.items[event]
-    if method == "repeat":
+    if method in ("repeat", "topfreq"):
         # Seen items above every popularity score (which lie in 1..n_items), ordered by the
-        # position of their last use; events are oldest first, so the maximum is the last use.
+        # position of their last use (events are oldest first, so the maximum is the last use),
+        # for topfreq after their count.
         position = (event - view.starts[idx][sample] + 1).astype(np.float64)
         seen_score = np.zeros_like(scores)
         np.maximum.at(seen_score, (sample, items), position)
+        if method == "topfreq":
+            np.add.at(seen_score, (sample, items), position.max(initial=0.0) + 1.0)
         scores = np.where(seen_score > 0, len(popularity) + seen_score, scores)
         scores[:, :N_SPECIAL] = -np.inf
     if filter_seen:
@@ -74,28 +84,48 @@ def ranking_metrics(
     filter_seen: bool = False,
 ) -> dict[str, float]:
     """The metrics of :class:`~seqenc.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
-    one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``.
+    one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``; with target
+    baskets, those of :class:`~seqenc.metrics.BasketMetrics` (and ``"topfreq"`` too).
 
     ``counts``: training item counts (:func:`item_counts`). ``filter_seen``: the honest filter,
     every item of the sample's history is removed from the ranking, the target included, so a
     repeated target is a miss (repeat-recent then ranks like popularity over unseen items).
     """
-    if method not in BASELINES:
-        raise ValueError(f"unknown baseline {method!r}; known: {list(BASELINES)}")
+    known = baseline_names(eval_view)
+    if method not in known:
+        raise ValueError(f"unknown baseline {method!r}; known: {list(known)}")
     if eval_view.targets is None:
         raise ValueError("the evaluation view has no targets (use the val or test split)")
     n_items = max(len(counts), int(eval_view.store.items.max(initial=0)) + 1)
     popularity = popularity_scores(np.pad(counts, (0, n_items - len(counts))))
-    metrics = RankingMetrics(ks)
+    baskets = eval_view.target_ends is not None
+    metrics = BasketMetrics(ks) if baskets else RankingMetrics(ks)
     block = max(1, _BLOCK_CELLS // n_items)
     for begin in range(0, len(eval_view), block):
         idx = np.arange(begin, min(begin + block, len(eval_view)))
         scores = _block_scores(eval_view, idx, popularity, method, filter_seen)
-        target = torch.from_numpy(eval_view.store.items[eval_view.targets[idx]])
-        metrics.update(scores, target)
+        if baskets:
+            metrics.update(scores, target_sets(eval_view, idx), _seen(eval_view, idx, n_items))
+        else:
+            metrics.update(scores, torch.from_numpy(eval_view.store.items[eval_view.targets[idx]]))
     values = metrics.compute()
-    values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
+    if not baskets:
+        values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
     return {name: float(value) for name, value in values.items()}
+
+
+def baseline_names(view: SequenceView) -> tuple[str, ...]:
+    """The baselines of an evaluation view: :data:`BASKET_BASELINES` with target baskets, else
+    :data:`BASELINES`."""
+    return BASELINES if view.target_ends is None else BASKET_BASELINES
+
+
+def _seen(view: SequenceView, idx: np.ndarray, n_items: int) -> torch.Tensor:
+    """``[len(idx), n_items]`` bool: the items of each sample's history."""
+    sample, event = flat_events(view, idx)
+    seen = np.zeros((len(idx), n_items), dtype=bool)
+    seen[sample, view.store.items[event]] = True
+    return torch.from_numpy(seen)
 
 
 def repeat_targets(view: SequenceView) -> np.ndarray:
@@ -114,18 +144,25 @@ def baseline_metrics(
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
 ) -> dict[str, float]:
-    """Both baselines on ``eval_view`` with popularity from ``train_view``, and the repeat share.
+    """The baselines of ``eval_view`` (:func:`baseline_names`) with popularity from
+    ``train_view``, and the repeat share.
 
     Keys: ``popularity/<metric>`` and ``repeat/<metric>`` for every metric of
     :class:`~seqenc.metrics.RankingMetrics`, ``n_repeat_targets`` (targets already in their
-    history) and ``share_repeat_targets`` (their share of all targets).
+    history) and ``share_repeat_targets`` (their share of all targets). With target baskets:
+    ``<baseline>/<metric>`` for the three baselines and every metric of
+    :class:`~seqenc.metrics.BasketMetrics`, and ``share_repeat_targets`` (the mean share of a
+    basket's items already in its history).
     """
     counts = item_counts(train_view)
     out = {
         f"{method}/{name}": value
-        for method in BASELINES
+        for method in baseline_names(eval_view)
         for name, value in ranking_metrics(method, eval_view, counts, ks, filter_seen).items()
     }
+    if eval_view.target_ends is not None:
+        shares = [out.pop(f"{m}/repeat_targets") for m in baseline_names(eval_view)]
+        return out | {"share_repeat_targets": shares[0]}
     repeats = repeat_targets(eval_view)
     out["n_repeat_targets"] = float(repeats.sum())
     out["share_repeat_targets"] = float(repeats.mean()) if len(repeats) else 0.0

@@ -13,7 +13,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
-from seqenc.metrics import RankingMetrics
+from seqenc.metrics import BasketMetrics, RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
@@ -61,7 +61,8 @@ class SeqencModule(pl.LightningModule):
             ``REPEAT_SHARE`` of the events are repeats (MovieLens-style logs, the published
             protocol); on logs where repeats are common, ranking them is the task. Saved
             resolved.
-        ks: cut-offs for HR@K and NDCG@K.
+        ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
+            basket protocol, ``spec.baskets``: :class:`~seqenc.metrics.BasketMetrics`).
     """
 
     def __init__(
@@ -89,7 +90,9 @@ class SeqencModule(pl.LightningModule):
         self.save_hyperparameters(ignore=["spec"])
         self.spec = spec
         self.objective = (
-            Causal() if objective == "causal" else Masked(mask_prob, replace_rule, mask_last_prob)
+            Causal(spec.baskets)
+            if objective == "causal"
+            else Masked(mask_prob, replace_rule, mask_last_prob)
         )
         if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
             encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
@@ -100,8 +103,8 @@ class SeqencModule(pl.LightningModule):
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
         self.hparams.update(encoder=asdict(self.config), filter_seen=self.filter_seen)
         self.encoder = SequenceEncoder(self.config)
-        self.val_metrics = RankingMetrics(ks)
-        self.test_metrics = RankingMetrics(ks)
+        metrics = BasketMetrics if spec.baskets else RankingMetrics
+        self.val_metrics, self.test_metrics = metrics(ks), metrics(ks)
 
     # ---- training -------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -178,14 +181,18 @@ class SeqencModule(pl.LightningModule):
             scores[batch.seen[0], batch.seen[1]] = -torch.inf
         return scores
 
-    def _evaluate(self, batch: Batch, metrics: RankingMetrics) -> None:
+    def _evaluate(self, batch: Batch, metrics: RankingMetrics | BasketMetrics) -> None:
         seen = torch.zeros(
             len(batch), self.config.n_items, dtype=torch.bool, device=batch.items.device
         )
         if batch.seen is not None:
             seen[batch.seen[0], batch.seen[1]] = True
+        scores = self.item_scores(batch, self.filter_seen)
+        if batch.target_sets is not None:
+            metrics.update(scores, batch.target_sets, seen)
+            return
         repeat = seen[torch.arange(len(batch), device=seen.device), batch.target]
-        metrics.update(self.item_scores(batch, self.filter_seen), batch.target, repeat)
+        metrics.update(scores, batch.target, repeat)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -193,7 +200,7 @@ class SeqencModule(pl.LightningModule):
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)
 
-    def _log_metrics(self, stage: str, metrics: RankingMetrics) -> None:
+    def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         values = metrics.compute()
         self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val")
         metrics.reset()
@@ -236,7 +243,8 @@ class SeqencModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         log.info(
-            "evaluation: leave-one-out, full ranking over %d items, seen items %s",
+            "evaluation: %s, full ranking over %d items, seen items %s",
+            "leave-one-basket-out" if self.spec.baskets else "leave-one-out",
             self.config.n_items - N_SPECIAL,
             "filtered" if self.filter_seen else "kept",
         )

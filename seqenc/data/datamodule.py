@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
 from seqenc.data.batches import Batch, collate
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
@@ -67,6 +68,10 @@ class SequenceDataModule(pl.LightningDataModule):
         bucket_factor: batches per length-sorted mega-batch (see
             :class:`~seqenc.data.sampling.BucketBatchSampler`).
         num_workers: DataLoader worker processes.
+        baskets: the basket protocol (:mod:`seqenc.data.baskets`): an entity's events that share a
+            time are a set, the test target the newest basket, the validation target the one
+            before, and the model trains without the order inside a basket. ``None`` (the
+            default) decides from the data (tied test targets, logged at fit time).
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
@@ -85,6 +90,7 @@ class SequenceDataModule(pl.LightningDataModule):
         eval_batch_size: int = 256,
         bucket_factor: int = 50,
         num_workers: int = 0,
+        baskets: bool | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__()
@@ -95,7 +101,7 @@ class SequenceDataModule(pl.LightningDataModule):
             )
         self.path, self.format, self.schema = path, format, schema or EventSchema()
         self.history_len, self.min_len, self.min_count = history_len, min_len, min_count
-        self.windows = windows
+        self.windows, self.baskets = windows, baskets
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
         self._restored_vocabs: Vocabularies | None = None
@@ -123,16 +129,29 @@ class SequenceDataModule(pl.LightningDataModule):
         return self._built[1]
 
     @cached_property
+    def basket_protocol(self) -> bool:
+        """Whether the basket protocol applies (``baskets``, or the data's choice; logged)."""
+        return resolve_baskets(self.baskets, self.store, self.min_len)
+
+    @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
-        """(train, val, test) leave-one-out views."""
+        """(train, val, test) leave-one-out views: of events, or of baskets under the basket
+        protocol."""
         require_trainable(self.store, self.min_len)
-        return leave_one_out(self.store, min_len=self.min_len)
+        split = leave_one_basket_out if self.basket_protocol else leave_one_out
+        return split(self.store, min_len=self.min_len)
 
     @cached_property
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model); built
         once, as every checkpoint saves it."""
-        return DataSpec(self._events[1], self.vocabs, self.history_len, repeat_share(self.store))
+        return DataSpec(
+            self._events[1],
+            self.vocabs,
+            self.history_len,
+            repeat_share(self.store),
+            self.basket_protocol,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -143,7 +162,7 @@ class SequenceDataModule(pl.LightningDataModule):
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
             self._restored_vocabs = vocabs
-            for name in ("_built", "splits", "spec"):
+            for name in ("_built", "basket_protocol", "splits", "spec"):
                 self.__dict__.pop(name, None)
 
     @property

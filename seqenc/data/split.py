@@ -24,6 +24,8 @@ class SequenceView:
         ends: ``[n]`` int64 absolute event index, exclusive.
         targets: ``[n]`` int64 absolute event index of the held-out target event, or ``None``
             (training on the whole window, or inference).
+        target_ends: ``[n]`` int64 end (exclusive) of a held-out target basket that starts at
+            ``targets`` (the basket protocol, :mod:`seqenc.data.baskets`), or ``None``: one event.
     """
 
     store: SequenceStore
@@ -31,6 +33,7 @@ class SequenceView:
     starts: np.ndarray
     ends: np.ndarray
     targets: np.ndarray | None = None
+    target_ends: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
