@@ -50,24 +50,24 @@ def tied_target_share(store: SequenceStore, min_len: int = 3) -> float:
     return float(np.mean(store.timestamps[last] == store.timestamps[last - 1]))
 
 
-def resolve_baskets(option: bool | None, store: SequenceStore, min_len: int = 3) -> bool:
-    """Whether the basket protocol applies: ``option`` when set, else whether at least
-    :data:`BASKET_SHARE` of the test targets are tied (:func:`tied_target_share`); logged."""
+def resolve_baskets(
+    option: bool | None, store: SequenceStore, min_len: int = 3
+) -> tuple[bool, str]:
+    """``(on, why)``: whether the basket protocol applies (``option`` when set, else whether at
+    least :data:`BASKET_SHARE` of the test targets are tied, :func:`tied_target_share`) and a
+    one-line account of the choice to print."""
     if option is not None and not isinstance(option, bool):
         raise SeqencError(f"data.baskets must be true, false or null (auto), got {option!r}")
     if option and not store.has_time:
         raise SeqencError("data.baskets: true needs timestamps (a basket is one entity and time)")
     share = tied_target_share(store, min_len)
     on = share >= BASKET_SHARE if option is None else option
-    log.info(
-        "baskets: %.1f %% of test targets share their time with the event before (threshold "
-        "%.0f %%): basket protocol %s (data.baskets %s)",
-        100 * share,
-        100 * BASKET_SHARE,
-        "on" if on else "off",
-        "auto" if option is None else str(option).lower(),
+    setting = "null: chosen by the data" if option is None else str(option).lower()
+    return on, (
+        f"baskets: {share:.1%} of test targets share their time with the event before "
+        f"(threshold {BASKET_SHARE:.0%}): basket protocol {'on' if on else 'off'} "
+        f"(data.baskets {setting})"
     )
-    return on
 
 
 def leave_one_basket_out(

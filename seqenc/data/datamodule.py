@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
@@ -130,8 +131,10 @@ class SequenceDataModule(pl.LightningDataModule):
 
     @cached_property
     def basket_protocol(self) -> bool:
-        """Whether the basket protocol applies (``baskets``, or the data's choice; logged)."""
-        return resolve_baskets(self.baskets, self.store, self.min_len)
+        """Whether the basket protocol applies (``baskets``, or the data's choice; printed)."""
+        on, why = resolve_baskets(self.baskets, self.store, self.min_len)
+        rank_zero_info(why)
+        return on
 
     @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
