@@ -201,6 +201,7 @@ FIRST_OPTIONS = {
         ("schema.categorical", "categorical event columns, e.g. '[channel]'"),
         ("schema.numeric", "numeric event columns, e.g. '[amount]'"),
         ("history_len", "events per history fed to the model (the newest)"),
+        ("baskets", "same-time events are a set (null: from the data's ties)"),
         ("batch_size", "training samples per batch"),
     ],
     "model": [
