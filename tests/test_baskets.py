@@ -260,3 +260,17 @@ def test_the_basket_rule_changes_nothing_on_a_log_without_ties():
     baskets.load_state_dict(plain.state_dict())
     query = Causal(True).query(batch)
     assert torch.allclose(plain(batch), baskets(query), atol=1e-5)
+
+
+def test_the_onnx_graph_of_a_basket_model_equals_torch(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from seqenc.onnx import export_onnx
+
+    events = daily(tiny_events(30, seed=5)).drop(columns=["line_a", "line_b"])
+    path = random_bundle(tmp_path / "b", events, SCHEMA, 40, baskets=True)
+    export_onnx(path)
+    want = load_encoder(path, "cpu").encode(events, batch_size=7, output="numpy")
+    got = load_encoder(path, "cpu", backend="onnxruntime").encode(
+        events, batch_size=7, output="numpy"
+    )
+    np.testing.assert_allclose(got.embeddings, want.embeddings, atol=1e-4, rtol=0)
