@@ -72,7 +72,7 @@ class SequenceDataModule(pl.LightningDataModule):
         baskets: the basket protocol (:mod:`seqenc.data.baskets`): an entity's events that share a
             time are a set, the test target the newest basket, the validation target the one
             before, and the model trains without the order inside a basket. ``None`` (the
-            default) decides from the data (tied test targets, logged at fit time).
+            default) decides from the data (tied test targets, printed at fit time).
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
