@@ -73,6 +73,8 @@ def test_the_protocol_is_chosen_by_the_tied_share_and_overridable():
     assert resolve_baskets(True, store)[0] and not resolve_baskets(False, store)[0]
     with pytest.raises(SeqencError, match="true, false or null"):
         resolve_baskets("yes", store)
+    with pytest.raises(SeqencError, match="no entity has 3 baskets"):
+        leave_one_basket_out(build_sequences(LOG[LOG["entity_id"] == "a"].head(5))[0])
     untimed, _ = build_sequences(LOG, EventSchema(timestamp=None))
     assert tied_target_share(untimed) == 0.0
     with pytest.raises(SeqencError, match="needs timestamps"):

@@ -87,6 +87,11 @@ def leave_one_basket_out(
     entity = np.repeat(np.arange(len(store)), store.lengths)[opens]
     n_baskets = np.bincount(entity, minlength=len(store))
     rows = np.flatnonzero((n_baskets >= 3) & (store.lengths >= min_len)).astype(np.int64)
+    if not len(rows):
+        raise SeqencError(
+            f"no entity has 3 baskets (times) and {min_len} events to split into train, "
+            "validation and test baskets; set data.baskets false, or give a longer log"
+        )
     if len(rows) < len(store):
         log.info(
             "leave_one_basket_out: dropped %d of %d entities with fewer than 3 baskets or %d "
