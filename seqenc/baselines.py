@@ -1,17 +1,16 @@
-"""Trivial next-item baselines on the model's own leave-one-out split: popularity and repeat-recent.
+"""Trivial next-item baselines on the model's own split: popularity, repeat-recent, P-TopFreq.
 
-A model's ranking metrics mean little alone: on an event stream dominated by repeats, "the entity's
-most recent distinct items" can beat a trained model, and on a catalogue with a strong head,
-"the most popular items" sets the floor. Both rank the full catalogue with the same
-:class:`~seqenc.metrics.RankingMetrics` as the model, so their figures sit beside its figures.
+Both rank the full catalogue with the model's metrics, so their figures sit beside its figures:
 
-- **popularity**: items ranked by their count in the training part of the split (each entity's
-  events but the last two), ties broken by the smaller item id;
-- **repeat**: items of the sample's history first, the most recently used first (an item's score
-  is the position of its last occurrence); items the entity never used follow in popularity order.
+- **popularity**: items by their count in the training part of the split, ties by smaller id;
+- **repeat**: the history's items first, the most recently used first, then popularity;
+- **topfreq** (basket protocol, P-TopFreq): the history's items first, the most often used first
+  (ties: the most recent), then popularity.
 
-The history of a sample is its whole input ``[start, end)``, not truncated to the model's
-``history_len``, the same events the evaluation's seen-item filter removes.
+Without baskets each target's rank comes from its history's distinct items (no score per item);
+under the basket protocol the three rank the target basket with
+:class:`~seqenc.metrics.BasketMetrics`. The history is the sample's whole input, not truncated to
+``history_len``: the same events the seen-item filter removes.
 """
 
 from __future__ import annotations
@@ -21,11 +20,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from seqenc.data.batches import target_sets
 from seqenc.data.split import SequenceView, flat_events
 from seqenc.data.vocab import N_SPECIAL
-from seqenc.metrics import RankingMetrics
+from seqenc.metrics import BasketMetrics, RankingMetrics
 
 BASELINES = ("popularity", "repeat")
+BASKET_BASELINES = ("popularity", "topfreq", "repeat")
+_BLOCK_CELLS = 1 << 22  # basket protocol: samples x items per dense score block (float64)
 
 
 def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndarray:
@@ -33,6 +35,16 @@ def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndar
     _, event = flat_events(train_view, np.arange(len(train_view)))
     minlength = int(train_view.store.items.max(initial=N_SPECIAL - 1)) + 1
     return np.bincount(train_view.store.items[event], minlength=max(minlength, n_items or 0))
+
+
+def popularity_scores(counts: np.ndarray) -> np.ndarray:
+    """``[n_items]`` float64 strict popularity scores: more counts first, then smaller ids; the
+    special ids are ``-inf``. Distinct values, so the pessimistic tie rule never applies."""
+    order = np.lexsort((np.arange(len(counts)), -counts))  # count descending, then id ascending
+    scores = np.empty(len(counts), dtype=np.float64)
+    scores[order] = np.arange(len(counts), 0, -1, dtype=np.float64)
+    scores[:N_SPECIAL] = -np.inf
+    return scores
 
 
 def popularity_ranks(counts: np.ndarray) -> np.ndarray:
@@ -83,6 +95,29 @@ def target_ranks(
     return np.where((target < N_SPECIAL) | (seen & filter_seen), np.inf, rank)
 
 
+def _block_scores(
+    view: SequenceView, idx: np.ndarray, popularity: np.ndarray, method: str, filter_seen: bool
+) -> torch.Tensor:
+    """``[len(idx), n_items]`` float64 scores of one block of samples."""
+    scores = np.broadcast_to(popularity, (len(idx), len(popularity))).copy()
+    sample, event = flat_events(view, idx)
+    items = view.store.items[event]
+    if method in ("repeat", "topfreq"):
+        # Seen items above every popularity score (which lie in 1..n_items), ordered by the
+        # position of their last use (events are oldest first, so the maximum is the last use),
+        # for topfreq after their count.
+        position = (event - view.starts[idx][sample] + 1).astype(np.float64)
+        seen_score = np.zeros_like(scores)
+        np.maximum.at(seen_score, (sample, items), position)
+        if method == "topfreq":
+            np.add.at(seen_score, (sample, items), position.max(initial=0.0) + 1.0)
+        scores = np.where(seen_score > 0, len(popularity) + seen_score, scores)
+        scores[:, :N_SPECIAL] = -np.inf
+    if filter_seen:
+        scores[sample, items] = -np.inf
+    return torch.from_numpy(scores)
+
+
 def ranking_metrics(
     method: str,
     eval_view: SequenceView,
@@ -91,24 +126,59 @@ def ranking_metrics(
     filter_seen: bool = False,
 ) -> dict[str, float]:
     """The metrics of :class:`~seqenc.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
-    one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``.
+    one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``; with target
+    baskets, those of :class:`~seqenc.metrics.BasketMetrics` (and ``"topfreq"`` too).
 
     ``counts``: training item counts (:func:`item_counts`). ``filter_seen``: the honest filter,
     every item of the sample's history is removed from the ranking, the target included, so a
     repeated target is a miss (repeat-recent then ranks like popularity over unseen items).
     """
-    if method not in BASELINES:
-        raise ValueError(f"unknown baseline {method!r}; known: {list(BASELINES)}")
+    known = baseline_names(eval_view)
+    if method not in known:
+        raise ValueError(f"unknown baseline {method!r}; known: {list(known)}")
     if eval_view.targets is None:
         raise ValueError("the evaluation view has no targets (use the val or test split)")
     n_items = max(len(counts), int(eval_view.store.items.max(initial=0)) + 1)
-    popularity = popularity_ranks(np.pad(counts, (0, n_items - len(counts))))
-    metrics = RankingMetrics(ks)
-    ranks = target_ranks(method, eval_view, popularity, filter_seen)
-    metrics.update(None, ranks=torch.from_numpy(ranks))
+    counts = np.pad(counts, (0, n_items - len(counts)))
+    baskets = eval_view.target_ends is not None
+    if baskets:
+        metrics = _basket_metrics(method, eval_view, counts, ks, filter_seen)
+    else:  # one rank per target from its history's distinct items: no score per item
+        metrics = RankingMetrics(ks)
+        ranks = target_ranks(method, eval_view, popularity_ranks(counts), filter_seen)
+        metrics.update(None, ranks=torch.from_numpy(ranks))
     values = metrics.compute()
-    values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
+    if not baskets:
+        values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
     return {name: float(value) for name, value in values.items()}
+
+
+def _basket_metrics(
+    method: str, view: SequenceView, counts: np.ndarray, ks: Sequence[int], filter_seen: bool
+) -> BasketMetrics:
+    """:class:`~seqenc.metrics.BasketMetrics` of one baseline, scored a block of samples at a time."""
+    popularity = popularity_scores(counts)
+    metrics = BasketMetrics(ks)
+    block = max(1, _BLOCK_CELLS // len(counts))
+    for begin in range(0, len(view), block):
+        idx = np.arange(begin, min(begin + block, len(view)))
+        scores = _block_scores(view, idx, popularity, method, filter_seen)
+        metrics.update(scores, target_sets(view, idx), _seen(view, idx, len(counts)))
+    return metrics
+
+
+def baseline_names(view: SequenceView) -> tuple[str, ...]:
+    """The baselines of an evaluation view: :data:`BASKET_BASELINES` with target baskets, else
+    :data:`BASELINES`."""
+    return BASELINES if view.target_ends is None else BASKET_BASELINES
+
+
+def _seen(view: SequenceView, idx: np.ndarray, n_items: int) -> torch.Tensor:
+    """``[len(idx), n_items]`` bool: the items of each sample's history."""
+    sample, event = flat_events(view, idx)
+    seen = np.zeros((len(idx), n_items), dtype=bool)
+    seen[sample, view.store.items[event]] = True
+    return torch.from_numpy(seen)
 
 
 def repeat_targets(view: SequenceView) -> np.ndarray:
@@ -127,18 +197,25 @@ def baseline_metrics(
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
 ) -> dict[str, float]:
-    """Both baselines on ``eval_view`` with popularity from ``train_view``, and the repeat share.
+    """The baselines of ``eval_view`` (:func:`baseline_names`) with popularity from
+    ``train_view``, and the repeat share.
 
     Keys: ``popularity/<metric>`` and ``repeat/<metric>`` for every metric of
     :class:`~seqenc.metrics.RankingMetrics`, ``n_repeat_targets`` (targets already in their
-    history) and ``share_repeat_targets`` (their share of all targets).
+    history) and ``share_repeat_targets`` (their share of all targets). With target baskets:
+    ``<baseline>/<metric>`` for the three baselines and every metric of
+    :class:`~seqenc.metrics.BasketMetrics`, and ``share_repeat_targets`` (the mean share of a
+    basket's items already in its history).
     """
     counts = item_counts(train_view)
     out = {
         f"{method}/{name}": value
-        for method in BASELINES
+        for method in baseline_names(eval_view)
         for name, value in ranking_metrics(method, eval_view, counts, ks, filter_seen).items()
     }
+    if eval_view.target_ends is not None:
+        shares = [out.pop(f"{m}/repeat_targets") for m in baseline_names(eval_view)]
+        return out | {"share_repeat_targets": shares[0]}
     repeats = repeat_targets(eval_view)
     out["n_repeat_targets"] = float(repeats.sum())
     out["share_repeat_targets"] = float(repeats.mean()) if len(repeats) else 0.0

@@ -9,7 +9,7 @@ from typing import Literal
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
-from seqenc.baselines import BASELINES, baseline_metrics
+from seqenc.baselines import baseline_metrics, baseline_names
 from seqenc.bundle import save_bundle
 from seqenc.checkpoint import bundle_from_checkpoint
 
@@ -97,7 +97,8 @@ def kept_checkpoint(trainer: pl.Trainer) -> str:
 
 class Baselines(Callback):
     """After ``test``, the trivial baselines on the same split and metrics: popularity and
-    "repeat the most recent distinct items" (:mod:`seqenc.baselines`), printed beside the model's
+    "repeat the most recent distinct items", and under the basket protocol "the entity's most
+    frequent items" (:mod:`seqenc.baselines`), printed beside the model's
     figures and logged as ``baseline/<name>/<metric>``, with the share of repeated targets."""
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -110,11 +111,12 @@ class Baselines(Callback):
         names = [k for k in model if k != "test/repeat_targets"]
         rows = [("model", [model[k] for k in names])] + [
             (f"baseline/{b}", [values[f"{b}/{k.removeprefix('test/')}"] for k in names])
-            for b in BASELINES
+            for b in baseline_names(test)
         ]
         width = max(len(k) for k in names)
+        kind = "targets" if test.target_ends is None else "target baskets (items)"
         print(
-            f"test split: {len(test)} targets, {values['share_repeat_targets']:.1%} repeat an "
+            f"test split: {len(test)} {kind}, {values['share_repeat_targets']:.1%} repeat an "
             f"item of their history; seen items {'filtered' if pl_module.filter_seen else 'kept'}"
         )
         print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))

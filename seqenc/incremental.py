@@ -9,6 +9,9 @@ window still fits ``history_len`` is extended (its new positions run against the
 values: ``n_extended``); one whose window slides, or whose tie order changes, is re-encoded from
 its kept events (``n_reencoded``, ``n_reordered``); one whose query time alone moved gets its
 newest position recomputed (``n_requeried``). Runs in float32 on the encoder's device.
+
+A model with the basket rule (``EncoderConfig.baskets``) reads whole baskets: each entity whose
+embedding changes runs its kept window through the full forward pass, as ``encode`` does.
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ def _encode_windows(
     old_gap = of(state.query_gap, m.old_row, 0.0)
     requery = had & (m.new_len == 0) & reads_query & (old_gap != query_gap)
     run = (m.new_len > 0) | requery
-    keep = np.where(had & (m.drop == 0) & ~reordered, m.old_len - 1, 0) * run + width * ~run
+    extendable = had & (m.drop == 0) & ~reordered & (not config.baskets)
+    keep = np.where(extendable, m.old_len - 1, 0) * run + width * ~run
     prefix_sum = np.zeros((len(m.ids), config.d_model), dtype=np.float32)
     cached = had & (keep > 0)  # the running sum carries over only with the cache
     prefix_sum[cached] = state.prefix_sum[m.old_row[cached]]
@@ -123,15 +127,19 @@ def _encode_windows(
     order = rows[np.lexsort((width[rows], chunk))]
     offsets = m.offsets
     for idx in token_batches(order, 2 * width - keep, max_tokens):  # query + key tokens
+        if config.baskets:
+            embeddings[idx] = _whole_windows(encoder, idx, offsets, width, window, query_gap)
+            continue
         _run_batch(
             encoder, idx, offsets, keep, width, window, cache, query_gap, prefix_sum, embeddings
         )
+    reencoded = had & ((m.drop > 0) | (run & config.baskets))
     stats = {
         "n_new": int((~had).sum()),
-        "n_extended": int((had & run & (m.drop == 0) & (m.new_len > 0) & ~reordered).sum()),
-        "n_reencoded": int((had & (m.drop > 0)).sum()),
-        "n_reordered": int((reordered & (m.drop == 0)).sum()),
-        "n_requeried": int(requery.sum()),
+        "n_extended": int((extendable & run & (m.new_len > 0)).sum()),
+        "n_reencoded": int(reencoded.sum()),
+        "n_reordered": int((reordered & (m.drop == 0) & ~reencoded).sum()),
+        "n_requeried": int((requery & ~reencoded).sum()),
         "n_unchanged": int((had & ~run).sum()),
         "n_positions": int(chunk.sum()),
     }
@@ -209,8 +217,7 @@ def _run_batch(
     rows = np.where(valid, offsets[idx][:, None] + kept[:, None] + chunk, 0)  # [B, M]
 
     def take(values: np.ndarray) -> torch.Tensor:
-        mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
-        return torch.from_numpy(np.where(mask, values[rows], 0)).to(device)
+        return _gather(values, rows, valid, device)
 
     def cached(values: np.ndarray) -> torch.Tensor:  # nothing to gather when nothing is kept
         if not kept.any():
@@ -240,6 +247,46 @@ def _run_batch(
     b, i = np.nonzero(valid)
     for name, written in (("keys", past.keys), ("values", past.values)):
         cache[name][:, rows[b, i]] = written[:, b, kept[b] + i].cpu().numpy()
+
+
+def _gather(
+    values: np.ndarray, rows: np.ndarray, valid: np.ndarray, device: torch.device
+) -> torch.Tensor:
+    """``values[rows]`` (``rows``: ``[B, M]`` window rows), 0 where not ``valid``, on ``device``."""
+    mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
+    return torch.from_numpy(np.where(mask, values[rows], 0)).to(device)
+
+
+def _whole_windows(
+    encoder: LoadedBundle,
+    idx: np.ndarray,
+    offsets: np.ndarray,
+    width: np.ndarray,
+    window: dict[str, np.ndarray],
+    query_gap: np.ndarray,
+) -> np.ndarray:
+    """``[len(idx), d]`` embeddings of entities ``idx`` from their whole windows (the full
+    forward pass, for a model with the basket rule); times measured from each newest event."""
+    positions = np.arange(int(width[idx].max(initial=1)))[None, :]
+    valid = positions < width[idx][:, None]
+    rows = np.where(valid, offsets[idx][:, None] + positions, 0)
+    newest = window["timestamps"][offsets[idx] + width[idx] - 1]
+    dt_ref = np.where(valid, newest[:, None] - window["timestamps"][rows], 0.0)
+
+    def take(values: np.ndarray) -> torch.Tensor:
+        return _gather(values, rows, valid, encoder.device)
+
+    batch = Batch(
+        items=take(window["items"]),
+        lengths=torch.from_numpy(width[idx]).to(encoder.device),
+        dt_prev=take(window["dt_prev"]),
+        dt_ref=torch.from_numpy(dt_ref).to(encoder.device),
+        categorical=take(window["categorical"]),
+        numeric=take(window["numeric"]),
+        index=torch.from_numpy(idx),
+        dt_query=torch.from_numpy(query_gap[idx]).to(encoder.device),
+    )
+    return encoder.model.entity_embedding(batch).float().cpu().numpy()
 
 
 def build_state(

@@ -14,7 +14,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
-from seqenc.metrics import RankingMetrics
+from seqenc.metrics import BasketMetrics, RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
@@ -75,7 +75,8 @@ class SeqencModule(pl.LightningModule):
             ``REPEAT_SHARE`` of the events are repeats (MovieLens-style logs, the published
             protocol); on logs where repeats are common, ranking them is the task. Saved
             resolved.
-        ks: cut-offs for HR@K and NDCG@K.
+        ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
+            basket protocol, ``spec.baskets``: :class:`~seqenc.metrics.BasketMetrics`).
     """
 
     def __init__(
@@ -103,7 +104,9 @@ class SeqencModule(pl.LightningModule):
         self.save_hyperparameters(ignore=["spec"])
         self.spec = spec
         self.objective = (
-            Causal() if objective == "causal" else Masked(mask_prob, replace_rule, mask_last_prob)
+            Causal(spec.baskets)
+            if objective == "causal"
+            else Masked(mask_prob, replace_rule, mask_last_prob)
         )
         if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
             encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
@@ -122,8 +125,8 @@ class SeqencModule(pl.LightningModule):
         self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
-        self.val_metrics = RankingMetrics(ks)
-        self.test_metrics = RankingMetrics(ks)
+        metrics = BasketMetrics if spec.baskets else RankingMetrics
+        self.val_metrics, self.test_metrics = metrics(ks), metrics(ks)
 
     # ---- training -------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -221,8 +224,17 @@ class SeqencModule(pl.LightningModule):
             scorer.seen = batch.seen
         return scorer
 
-    def _evaluate(self, batch: Batch, metrics: RankingMetrics) -> None:
-        """Full ranking of the batch's targets, the catalogue scored a chunk at a time."""
+    def _evaluate(self, batch: Batch, metrics: RankingMetrics | BasketMetrics) -> None:
+        """Full ranking of the batch's targets, the catalogue scored a chunk at a time (a target
+        basket: every item's score at once)."""
+        if batch.target_sets is not None:
+            seen = torch.zeros(
+                len(batch), self.config.n_items, dtype=torch.bool, device=batch.items.device
+            )
+            if batch.seen is not None:
+                seen[batch.seen[0], batch.seen[1]] = True
+            metrics.update(self.item_scores(batch, self.filter_seen), batch.target_sets, seen)
+            return
         ranks = self.scorer(batch, self.filter_seen).target_ranks(batch.target)
         repeat = torch.zeros(len(batch), dtype=torch.bool, device=batch.items.device)
         if batch.seen is not None:
@@ -236,7 +248,7 @@ class SeqencModule(pl.LightningModule):
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)
 
-    def _log_metrics(self, stage: str, metrics: RankingMetrics) -> None:
+    def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         values = metrics.compute()
         self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val")
         if stage == "test":  # the test figure's sampling error, printed beside the baselines
@@ -286,7 +298,8 @@ class SeqencModule(pl.LightningModule):
             counts = torch.from_numpy(datamodule.item_counts(self.config.n_items))
             self.proposal = Proposal.from_counts(counts).to(self.device)
         log.info(
-            "evaluation: leave-one-out, full ranking over %d items, seen items %s",
+            "evaluation: %s, full ranking over %d items, seen items %s",
+            "leave-one-basket-out" if self.spec.baskets else "leave-one-out",
             self.config.n_items - N_SPECIAL,
             "filtered" if self.filter_seen else "kept",
         )

@@ -39,6 +39,7 @@ FROM_DATA = {
     "categorical_sizes": "the data's categorical vocabularies",
     "n_numeric": "data.schema.numeric",
     "causal": "model.objective",
+    "baskets": "data.baskets (with the causal objective)",
 }
 
 
@@ -123,6 +124,7 @@ def resolve_encoder(
         "categorical_sizes": spec.categorical_sizes,
         "n_numeric": spec.n_numeric,
         "causal": objective.causal,
+        "baskets": spec.baskets and objective.causal,
     }
     for name, value in data.items():
         given = getattr(encoder, name)

@@ -205,6 +205,7 @@ FIRST_OPTIONS = {
         ("schema.numeric", "numeric event columns, e.g. '[amount]'"),
         ("history_len", "events per history fed to the model (the newest)"),
         ("max_items", "keep the most frequent items; the rest share hashed buckets"),
+        ("baskets", "same-time events are a set (null: from the data's ties)"),
         ("batch_size", "training samples per batch"),
     ],
     "model": [

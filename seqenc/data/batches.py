@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from seqenc.data.split import SequenceView, flat_events
+from seqenc.data.split import SequenceView, flat_events, ragged_positions
 from seqenc.model.batch import Batch
 
 
@@ -24,7 +24,8 @@ def collate(
     leaks into its input. The query gap (``dt_query``) runs from the newest input event to the
     held-out target's time when the view has targets (the time the prediction is for), else to the
     reference time. ``with_seen`` adds every item of the sample's full history (before any
-    truncation) for filtering already-seen items at evaluation.
+    truncation) for filtering already-seen items at evaluation. A view with ``target_ends`` (the
+    basket protocol) adds each sample's target basket as ``target_sets``.
     """
     store = view.store
     idx = np.asarray(idx, dtype=np.int64)
@@ -66,7 +67,18 @@ def collate(
         target=target,
         seen=seen,
         dt_query=torch.from_numpy(dt_query),
+        target_sets=target_sets(view, idx),
     )
+
+
+def target_sets(view: SequenceView, idx: np.ndarray) -> torch.Tensor | None:
+    """``[2, T]`` (batch row, item id) of every event of each sample's target basket, or ``None``
+    without target baskets."""
+    if view.target_ends is None or view.targets is None:
+        return None
+    starts = view.targets[idx]
+    row, position = ragged_positions(view.target_ends[idx] - starts)
+    return torch.from_numpy(np.stack([row, view.store.items[starts[row] + position]]))
 
 
 def _features(

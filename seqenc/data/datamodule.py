@@ -11,6 +11,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
+from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
 from seqenc.data.batches import Batch, collate
 from seqenc.data.bounds import PerColumn, VocabBounds
 from seqenc.data.loaders import load_dataset
@@ -88,6 +89,10 @@ class SequenceDataModule(pl.LightningDataModule):
             the same ones in every run on the same log (a fixed draw, not the run's seed), instead
             of all: for logs with very many entities. The test prints each metric's confidence
             interval (0.95 level) beside it. ``None`` (the default): every entity.
+        baskets: the basket protocol (:mod:`seqenc.data.baskets`): an entity's events that share a
+            time are a set, the test target the newest basket, the validation target the one
+            before, and the model trains without the order inside a basket. ``None`` (the
+            default) decides from the data (tied test targets, printed at fit time).
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
@@ -111,6 +116,7 @@ class SequenceDataModule(pl.LightningDataModule):
         bucket_factor: int = 50,
         num_workers: int = 0,
         eval_entities: int | None = None,
+        baskets: bool | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__()
@@ -124,7 +130,7 @@ class SequenceDataModule(pl.LightningDataModule):
         self.bounds = VocabBounds(
             min_item_count, max_items, min_category_count, max_categories, oov_buckets
         )
-        self.windows = windows
+        self.windows, self.baskets = windows, baskets
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
         if eval_entities is not None and eval_entities < 1:
@@ -155,10 +161,19 @@ class SequenceDataModule(pl.LightningDataModule):
         return self._built[1]
 
     @cached_property
+    def basket_protocol(self) -> bool:
+        """Whether the basket protocol applies (``baskets``, or the data's choice; printed)."""
+        on, why = resolve_baskets(self.baskets, self.store, self.min_len)
+        rank_zero_info(why)
+        return on
+
+    @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
-        """(train, val, test) leave-one-out views."""
+        """(train, val, test) leave-one-out views: of events, or of baskets under the basket
+        protocol."""
         require_trainable(self.store, self.min_len)
-        train, val, test = leave_one_out(self.store, min_len=self.min_len)
+        split = leave_one_basket_out if self.basket_protocol else leave_one_out
+        train, val, test = split(self.store, min_len=self.min_len)
         if self.eval_entities is None or self.eval_entities >= len(test):
             return train, val, test
         rows = np.random.default_rng(0).choice(test.rows, self.eval_entities, replace=False)
@@ -169,7 +184,13 @@ class SequenceDataModule(pl.LightningDataModule):
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model); built
         once, as every checkpoint saves it."""
-        return DataSpec(self._events[1], self.vocabs, self.history_len, repeat_share(self.store))
+        return DataSpec(
+            self._events[1],
+            self.vocabs,
+            self.history_len,
+            repeat_share(self.store),
+            self.basket_protocol,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -180,7 +201,7 @@ class SequenceDataModule(pl.LightningDataModule):
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
             self._restored_vocabs = vocabs
-            for name in ("_built", "splits", "spec"):
+            for name in ("_built", "basket_protocol", "splits", "spec"):
                 self.__dict__.pop(name, None)
 
     def item_counts(self, n_items: int) -> np.ndarray:

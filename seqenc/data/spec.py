@@ -23,6 +23,8 @@ class DataSpec:
             training window is one event longer, the model's position capacity too).
         repeat_share: share of the events whose item already occurred earlier in their entity's
             history (a statistic of the training log that picks defaults: repeat head, filter).
+        baskets: events of an entity that share a time are a set, in training and evaluation
+            (:mod:`seqenc.data.baskets`); a spec saved before it existed reads ``False``.
 
     A plain class, not a dataclass: LightningCLI links the object itself into the model instead of
     expanding its fields into command-line options.
@@ -34,6 +36,7 @@ class DataSpec:
         vocabs: Vocabularies,
         history_len: int,
         repeat_share: float = 0.0,
+        baskets: bool = False,
     ) -> None:
         if not isinstance(history_len, int) or isinstance(history_len, bool) or history_len < 1:
             raise SeqencError(f"history_len must be a positive integer, got {history_len!r}")
@@ -42,6 +45,7 @@ class DataSpec:
             raise SeqencError(f"no vocabulary for categorical column(s) {missing}")
         self.schema, self.vocabs, self.history_len = schema, vocabs, history_len
         self.repeat_share = float(repeat_share)
+        self.baskets = bool(baskets)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DataSpec) and self.to_dict() == other.to_dict()
@@ -74,6 +78,7 @@ class DataSpec:
             "schema": self.schema.to_dict(),
             "history_len": self.history_len,
             "repeat_share": self.repeat_share,
+            "baskets": self.baskets,
             "vocabs": self.vocabs.to_dict(),
         }
 
@@ -95,4 +100,6 @@ class DataSpec:
         except TypeError as e:
             raise SeqencError(f"data spec: invalid schema: {e}") from e
         vocabs = Vocabularies.from_dict(d["vocabs"])
-        return cls(schema, vocabs, d["history_len"], d.get("repeat_share", 0.0))
+        return cls(
+            schema, vocabs, d["history_len"], d.get("repeat_share", 0.0), d.get("baskets", False)
+        )

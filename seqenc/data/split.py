@@ -24,6 +24,8 @@ class SequenceView:
         ends: ``[n]`` int64 absolute event index, exclusive.
         targets: ``[n]`` int64 absolute event index of the held-out target event, or ``None``
             (training on the whole window, or inference).
+        target_ends: ``[n]`` int64 end (exclusive) of a held-out target basket that starts at
+            ``targets`` (the basket protocol, :mod:`seqenc.data.baskets`), or ``None``: one event.
     """
 
     store: SequenceStore
@@ -31,6 +33,7 @@ class SequenceView:
     starts: np.ndarray
     ends: np.ndarray
     targets: np.ndarray | None = None
+    target_ends: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -116,5 +119,9 @@ def training_windows(view: SequenceView, size: int) -> SequenceView:
 def entity_subset(view: SequenceView, rows: np.ndarray) -> SequenceView:
     """The samples of ``view`` whose entity row is in ``rows``, in their order."""
     keep = np.isin(view.rows, rows)
-    targets = None if view.targets is None else view.targets[keep]
-    return SequenceView(view.store, view.rows[keep], view.starts[keep], view.ends[keep], targets)
+    targets, target_ends = (
+        None if a is None else a[keep] for a in (view.targets, view.target_ends)
+    )
+    return SequenceView(
+        view.store, view.rows[keep], view.starts[keep], view.ends[keep], targets, target_ends
+    )

@@ -20,9 +20,15 @@ from seqenc.model.embeddings import RotaryEmbedding
 from seqenc.model.linear import linear
 
 
-def time_bias_mask(bias: Tensor, lengths: Tensor, causal: bool) -> Tensor:
-    """``bias`` ``[B, H, L, L]`` with -inf where a query may not attend (a later key when
-    ``causal``, a padding key otherwise; an empty row keeps key 0, as in :func:`key_padding_mask`)."""
+def time_bias_mask(
+    bias: Tensor, lengths: Tensor, causal: bool, allowed: Tensor | None = None
+) -> Tensor:
+    """``bias`` ``[B, H, L, L]`` with -inf where a query may not attend: where ``allowed`` (a bool
+    mask, e.g. the basket rule's or :func:`key_padding_mask`'s) is False when given, else a later
+    key when ``causal``, a padding key otherwise (an empty row keeps key 0, as in
+    :func:`key_padding_mask`)."""
+    if allowed is not None:
+        return bias.masked_fill(~allowed, float("-inf"))
     width = bias.shape[-1]
     positions = torch.arange(width, device=bias.device)
     if causal:
@@ -116,11 +122,13 @@ class SelfAttention(nn.Module):
         rope: RotaryEmbedding | None = None,
         residual: Tensor | None = None,
         dropout: nn.Dropout | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """``x``: ``[B, L, d]``; ``mask``: from :func:`key_padding_mask` (bidirectional only) or a
-        float bias from :func:`time_bias_mask` (either attention; replaces ``is_causal``);
-        ``residual``, ``dropout``: as in :meth:`merge`."""
-        q, k, v = self.project(x, rope)
+        """``x``: ``[B, L, d]``; ``mask``: a bool mask of allowed keys (:func:`key_padding_mask`,
+        or the basket rule's with ``causal`` False) or a float bias from :func:`time_bias_mask`
+        (either attention; replaces ``is_causal``); ``residual``, ``dropout``: as in
+        :meth:`merge`; ``positions``: rotary positions, as in :meth:`project`."""
+        q, k, v = self.project(x, rope, positions)
         bias = mask is not None and mask.is_floating_point()
         if bias:
             mask = mask.to(q.dtype)

@@ -44,6 +44,11 @@ class Batch:
         dt_query: ``[B]`` float32 seconds from the newest event to the time the prediction or
             embedding is for (the query time): a held-out target's time in evaluation, ``as_of`` at
             inference; ``None`` means the reference time (``dt_ref`` of the newest event).
+        target_sets: ``[2, T]`` int64 (batch row, item id) pairs of each row's held-out target
+            basket (the basket protocol, :mod:`seqenc.data.baskets`), or ``None``.
+        next_gaps: ``[B, L]`` float32 gap from each event to the time its position predicts for,
+            set by the basket rule (:func:`seqenc.model.baskets.basket_inputs`: the next basket's
+            time); ``None``: the next event's, see :attr:`query_gaps`.
     """
 
     items: torch.Tensor
@@ -56,6 +61,8 @@ class Batch:
     target: torch.Tensor | None = None
     seen: torch.Tensor | None = None
     dt_query: torch.Tensor | None = None
+    target_sets: torch.Tensor | None = None
+    next_gaps: torch.Tensor | None = None
 
     @property
     def padding_mask(self) -> torch.Tensor:
@@ -66,7 +73,10 @@ class Batch:
     @property
     def query_gaps(self) -> torch.Tensor:
         """``[B, L]`` the gap from each event to the time its position predicts for: the next
-        event's ``dt_prev`` inside the history, :attr:`dt_query` at the newest event, 0 on PAD."""
+        event's ``dt_prev`` inside the history, :attr:`dt_query` at the newest event, 0 on PAD
+        (:attr:`next_gaps` instead when set)."""
+        if self.next_gaps is not None:
+            return self.next_gaps * self.padding_mask
         positions = torch.arange(self.items.shape[1], device=self.items.device)[None, :]
         newest = positions == (self.lengths - 1)[:, None]
         following = torch.cat([self.dt_prev[:, 1:], torch.zeros_like(self.dt_prev[:, :1])], dim=1)

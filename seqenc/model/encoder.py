@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
+from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
@@ -62,6 +63,9 @@ class EncoderConfig:
         causal: ``False`` for bidirectional (BERT4Rec) attention.
         pooling: entity embedding from the ``"last"`` position or the ``"mean"`` of real positions.
         normalize: L2-normalise the entity embedding.
+        baskets: (causal only) the basket rule of :mod:`seqenc.model.baskets`: events that share a
+            time are a set; set from the data (``data.baskets``). Without it the fused causal
+            kernel runs.
     """
 
     n_items: int = 0
@@ -84,6 +88,7 @@ class EncoderConfig:
     causal: bool = True
     pooling: str = "last"
     normalize: bool = False
+    baskets: bool = False
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
@@ -112,6 +117,7 @@ class EncoderConfig:
             ),
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
+            (self.causal or not self.baskets, "baskets needs the causal objective"),
             (
                 all(s >= 1 for s in self.categorical_sizes),
                 f"categorical_sizes={self.categorical_sizes} must be >= 1",
@@ -157,12 +163,14 @@ class Block(nn.Module):
         rope: RotaryEmbedding | None,
         gaps: Tensor | None = None,
         lengths: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """``gaps``: ``[B, L, L]`` time buckets of ``|t_i - t_j|`` when the block has a time bias."""
+        """``gaps``: ``[B, L, L]`` time buckets of ``|t_i - t_j|`` when the block has a time bias;
+        ``positions``: ``[B, L]`` rotary positions (default ``0 … L-1``)."""
         if self.time_bias is not None:
             bias = self.time_bias(gaps).permute(0, 3, 1, 2)  # [B, H, L, L]
-            mask = time_bias_mask(bias, lengths, causal)
-        x = self.attn(self.ln_attn(x), causal, mask, rope, residual=x, dropout=self.drop)
+            mask = time_bias_mask(bias, lengths, causal, mask)
+        x = self.attn(self.ln_attn(x), causal, mask, rope, x, self.drop, positions)
         return self.feed_forward(x)
 
     def newest(self, x: Tensor, rope: RotaryEmbedding | None, lengths: Tensor) -> Tensor:
@@ -276,9 +284,13 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
                 f"feed at most {self.config.n_positions - 1} events per history"
             )
-        x = self.drop(self.embed(batch))
-        causal = self.config.causal
-        mask = None if causal else key_padding_mask(batch.lengths, width)
+        baskets = self.config.baskets
+        positions = basket_positions(batch) if baskets else None
+        x = self.drop(self.embed(batch, positions))
+        causal = self.config.causal and not baskets
+        mask = None if self.config.causal else key_padding_mask(batch.lengths, width)
+        if baskets:
+            mask = basket_mask(batch)
         gaps = None
         if self.config.time and self.config.time_bias:
             # in dt_ref's dtype (float64 from collate), as the incremental cache does from event
@@ -287,10 +299,12 @@ class SequenceEncoder(nn.Module):
             gaps = time_bucket(gaps, self.config.n_time_buckets)
         *blocks, last = self.blocks
         for block in blocks:
-            x = block(x, causal, mask, self.rope, gaps, batch.lengths)
-        if newest_only and gaps is None:
+            x = block(x, causal, mask, self.rope, gaps, batch.lengths, positions)
+        if newest_only and gaps is None and not baskets:
             return self.ln_final(last.newest(x, self.rope, batch.lengths))
-        x = self.ln_final(last(x, causal, mask, self.rope, gaps, batch.lengths))
+        x = self.ln_final(last(x, causal, mask, self.rope, gaps, batch.lengths, positions))
+        if baskets:
+            x = basket_pool(x, batch)
         if newest_only:
             return newest_state(x, batch.lengths)[:, None]
         return x
@@ -305,7 +319,9 @@ class SequenceEncoder(nn.Module):
         follow (:mod:`seqenc.onnx`): the [MASK] column is always appended and the last block runs
         every position; the same values.
         """
-        query = readout_objective(self.config.causal).query(batch, widen=True if traced else None)
+        query = readout_objective(self.config.causal, self.config.baskets).query(
+            batch, widen=True if traced else None
+        )
         hidden, lengths = self.final_states(query, self.config.pooling == "last" and not traced)
         return entity_readout(hidden, lengths, self.config.pooling, self.config.normalize)
 
@@ -327,7 +343,7 @@ class SequenceEncoder(nn.Module):
         The next-item head reads the raw state at the newest position, the one it is trained on,
         whatever the entity readout (``pooling``, ``normalize``) is: one bundle serves both jobs,
         ranking with the next-event head and describing the entity with its own readout."""
-        query = readout_objective(self.config.causal).query(batch)
+        query = readout_objective(self.config.causal, self.config.baskets).query(batch)
         hidden, lengths = self.final_states(query, newest_only=self.repeat is None)
         state = newest_state(hidden, lengths).float()
         weight = self.item_embedding.weight

@@ -18,25 +18,37 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from seqenc.model.baskets import basket_inputs, next_basket_labels
 from seqenc.model.batch import MASK, Batch
 from seqenc.model.masking import mask_items, next_item_targets
 
 
 @dataclass(frozen=True)
 class Causal:
-    """Next item at every position (SASRec); attention sees only the past."""
+    """Next item at every position (SASRec); attention sees only the past.
 
+    Attributes:
+        baskets: the basket rule (:mod:`seqenc.model.baskets`): events that share a time are a
+            set; a position's targets are the next basket's items.
+    """
+
+    baskets: bool = False
     name = "causal"
     causal = True
 
     def training_pair(self, batch: Batch, n_items: int) -> tuple[Batch, Tensor]:
         """Input = each window but its newest event; target at position i = event i + 1.
 
+        With ``baskets``: input = the whole window with the basket's time inputs, target at
+        position i = an item of the next basket (none for the window's newest basket).
+
         Position i is conditioned on the time of event i + 1 (the time the prediction is for, see
         :attr:`~seqenc.model.batch.Batch.query_gaps`); the newest input's query gap is the target's
         ``dt_prev``. ``dt_ref`` is re-measured from the newest *input* event, as at evaluation and
         inference (the legacy ``recency`` input of old bundles reads it).
         """
+        if self.baskets:
+            return basket_inputs(batch), next_basket_labels(batch)
         labels = next_item_targets(batch.items, batch.lengths)
         inputs = replace(batch, lengths=(batch.lengths - 1).clamp(min=0))
         last_input = (inputs.lengths - 1).clamp(min=0)[:, None]
@@ -49,8 +61,9 @@ class Causal:
         ), labels
 
     def query(self, batch: Batch, widen: bool | None = None) -> Batch:
-        """The history itself: its newest event is read out (``widen`` is the masked query's)."""
-        return batch
+        """The history itself: its newest event (with ``baskets``, its newest basket, with the
+        basket's time inputs) is read out (``widen`` is the masked query's)."""
+        return basket_inputs(batch) if self.baskets else batch
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,7 @@ Objective = Causal | Masked
 OBJECTIVES = {"causal": Causal, "masked": Masked}
 
 
-def readout_objective(causal: bool) -> Objective:
-    """The objective whose readout fits an encoder with (``causal``) or without causal attention."""
-    return Causal() if causal else Masked()
+def readout_objective(causal: bool, baskets: bool = False) -> Objective:
+    """The objective whose readout fits an encoder with (``causal``) or without causal attention,
+    and with or without the basket rule."""
+    return Causal(baskets) if causal else Masked()
