@@ -125,6 +125,6 @@ class Baselines(Callback):
         half = trainer.callback_metrics
         if f"test_ci95/{names[0].removeprefix('test/')}" in half:
             cells = [float(half[f"test_ci95/{k.removeprefix('test/')}"]) for k in names]
-            print(f"{'model 95 % CI ±':<20}" + "".join(f"{v:>{width}.4f}" for v in cells))
+            print(f"{'±, 0.95 interval':<20}" + "".join(f"{v:>{width}.4f}" for v in cells))
         for logger in trainer.loggers:
             logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})
