@@ -27,6 +27,7 @@ from seqenc.module import SeqencModule
 from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
 
 MONITOR = "val/ndcg@10"
+LABEL_MONITOR = "val/score"  # with data.labels: minus the label loss of the held-out entities
 MAX_EPOCHS = 20
 PATIENCE = 10
 
@@ -42,6 +43,8 @@ class SeqencCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.spec", "model.spec", apply_on="instantiate")
+        # a bundle fine-tuned from reads the events with its own vocabularies
+        parser.link_arguments("model.init_from", "data.vocabs_from")
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
@@ -78,6 +81,10 @@ class SeqencCLI(LightningCLI):
 
     def before_fit(self) -> None:
         check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
+        if self.model.encoder.head is not None:  # fine-tuning: the label loss picks the checkpoint
+            for callback in self.trainer.callbacks:
+                if getattr(callback, "monitor", None) == MONITOR:
+                    callback.monitor = LABEL_MONITOR
         if self.trainer.is_global_zero:
             print(self.datamodule.vocabs.describe())
 
@@ -206,6 +213,9 @@ FIRST_OPTIONS = {
         ("history_len", "events per history fed to the model (the newest)"),
         ("max_items", "keep the most frequent items; the rest share hashed buckets"),
         ("batch_size", "training samples per batch"),
+        ("labels", "label table (Parquet/CSV): fine-tune a label head"),
+        ("label_column", "the label to predict (with data.labels)"),
+        ("as_of_column", "per-label cut-off: only earlier events are read"),
     ],
     "model": [
         ("objective", "causal (next event) or masked (cloze)"),
@@ -216,6 +226,7 @@ FIRST_OPTIONS = {
         ("encoder.pooling", "entity embedding: last position or mean"),
         ("encoder.repeat_head", "copy head for repeated items (null: from the data)"),
         ("lr", "AdamW learning rate (warm-up, then cosine decay)"),
+        ("init_from", "a bundle whose encoder weights start the fit (fine-tuning)"),
         ("warmup_steps", "linear warm-up steps"),
     ],
     "trainer": [

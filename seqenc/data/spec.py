@@ -23,6 +23,8 @@ class DataSpec:
             training window is one event longer, the model's position capacity too).
         repeat_share: share of the events whose item already occurred earlier in their entity's
             history (a statistic of the training log that picks defaults: repeat head, filter).
+        labels: with a label table (fine-tuning), the label head's description (task, classes,
+            scale: :func:`~seqenc.data.labels.read_labels`); ``None`` for a self-supervised fit.
 
     A plain class, not a dataclass: LightningCLI links the object itself into the model instead of
     expanding its fields into command-line options.
@@ -34,6 +36,7 @@ class DataSpec:
         vocabs: Vocabularies,
         history_len: int,
         repeat_share: float = 0.0,
+        labels: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(history_len, int) or isinstance(history_len, bool) or history_len < 1:
             raise SeqencError(f"history_len must be a positive integer, got {history_len!r}")
@@ -42,6 +45,7 @@ class DataSpec:
             raise SeqencError(f"no vocabulary for categorical column(s) {missing}")
         self.schema, self.vocabs, self.history_len = schema, vocabs, history_len
         self.repeat_share = float(repeat_share)
+        self.labels = labels
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DataSpec) and self.to_dict() == other.to_dict()
@@ -75,7 +79,7 @@ class DataSpec:
             "history_len": self.history_len,
             "repeat_share": self.repeat_share,
             "vocabs": self.vocabs.to_dict(),
-        }
+        } | ({"labels": self.labels} if self.labels else {})
 
     @classmethod
     def from_dict(cls, d: Any) -> DataSpec:
@@ -95,4 +99,4 @@ class DataSpec:
         except TypeError as e:
             raise SeqencError(f"data spec: invalid schema: {e}") from e
         vocabs = Vocabularies.from_dict(d["vocabs"])
-        return cls(schema, vocabs, d["history_len"], d.get("repeat_share", 0.0))
+        return cls(schema, vocabs, d["history_len"], d.get("repeat_share", 0.0), d.get("labels"))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from seqenc.data.columns import epoch_column
 from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
@@ -47,7 +48,7 @@ def _cutoffs(
                     f"as_of table has no column {column!r} (columns: {list(as_of.columns)})"
                 )
         check_id_kinds(as_of, df, entity, "events'")
-        ref = _epoch_column(as_of[as_of_column], as_of_column)
+        ref = epoch_column(as_of[as_of_column], as_of_column)
         keys = pd.DataFrame({entity: as_of[entity].to_numpy(), "_ref": ref})
         out_keys = [entity, as_of_column]
     else:
@@ -56,20 +57,6 @@ def _cutoffs(
         out_keys = [entity]
     keys["_row"] = np.arange(len(keys))
     return keys, out_keys
-
-
-def _epoch_column(values: pd.Series, name: str) -> np.ndarray:
-    """A column of points in time → float epoch seconds (naive values are UTC)."""
-    if pd.api.types.is_numeric_dtype(values):
-        out = values.to_numpy(dtype=float)
-    else:
-        ts = pd.to_datetime(values, utc=True, errors="coerce")
-        out = (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
-    bad = ~np.isfinite(out)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SeqencError(f"column {name!r} row {row}: not a point in time: {values.iloc[row]!r}")
-    return out
 
 
 def _top_values(values: pd.Series, max_categories: int) -> pd.Series:

@@ -18,6 +18,7 @@ from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_ma
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
+from seqenc.model.head import SupervisedHead
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
 from seqenc.model.ranking import NextItemScorer
@@ -258,6 +259,9 @@ class SequenceEncoder(nn.Module):
             else None
         )
         init_weights(self, config.n_layers)
+        # A fine-tuned model's label head on the entity readout (seqenc.model.head); set by the
+        # training module or the bundle loader, saved with the encoder's weights.
+        self.head: SupervisedHead | None = None
 
     @property
     def item_embedding(self) -> nn.Embedding:
