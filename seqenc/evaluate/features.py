@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import torch
 
 from seqenc.data.columns import epoch_column
 from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
@@ -252,3 +253,27 @@ def embed_at(
     if not parts:
         raise SeqencError("no row of cutoffs has an event at or before its as_of")
     return pd.concat(parts, ignore_index=True)
+
+
+def predict_at(
+    encoder: Encoder,
+    events: Source,
+    cutoffs: pd.DataFrame,
+    *,
+    entity: str | None = None,
+    as_of_column: str = "as_of",
+    batch_size: int = 256,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """A fine-tuned bundle's predictions at every row of ``cutoffs`` (:func:`embed_at`'s rows, its
+    embeddings through the bundle's label head): the key columns and ``[n, k]`` probabilities of
+    the head's classes, or ``[n]`` numbers."""
+    head = encoder.model.head
+    if head is None:
+        raise SeqencError(f"bundle {encoder.meta.name!r} has no label head (not fine-tuned)")
+    table = embed_at(
+        encoder, events, cutoffs, entity=entity, as_of_column=as_of_column, batch_size=batch_size
+    )
+    embeddings = torch.from_numpy(np.stack(table.pop("embedding").to_numpy()).astype(np.float32))
+    with torch.inference_mode():
+        output = head.predict(head(embeddings.to(encoder.device))).cpu().numpy()
+    return table, output
