@@ -43,8 +43,6 @@ class SeqencCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.spec", "model.spec", apply_on="instantiate")
-        # a bundle fine-tuned from reads the events with its own vocabularies
-        parser.link_arguments("model.init_from", "data.vocabs_from")
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
@@ -78,6 +76,13 @@ class SeqencCLI(LightningCLI):
         given = explicit[subcommand].get("model")
         model = resume_options(given.as_dict() if given else {}, saved)
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+
+    def before_instantiate_classes(self) -> None:
+        """A bundle fine-tuned from (``model.init_from``) reads the events with its own
+        vocabularies (``data.vocabs_from``), so its weights fit them."""
+        config = self.config.get(self.config.get("subcommand"), self.config)
+        if config.get("model") and config.model.get("init_from"):
+            config.data.vocabs_from = config.data.get("vocabs_from") or config.model.init_from
 
     def before_fit(self) -> None:
         check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
