@@ -332,6 +332,9 @@ class SeqencModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        if self.encoder.head is not None:
+            log.info("evaluation: the label loss of the held-out labelled entities")
+            return
         log.info(
             "evaluation: leave-one-out, full ranking over %d items, seen items %s",
             self.config.n_items - N_SPECIAL,
