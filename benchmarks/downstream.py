@@ -41,10 +41,18 @@ import pandas as pd
 
 from seqenc import EventSchema, load_encoder
 from seqenc.atomic import write_text
-from seqenc.evaluate import aggregate_features, embed_at, probe
+from seqenc.evaluate import (
+    aggregate_features,
+    cv_folds,
+    embed_at,
+    predict_at,
+    prediction_scores,
+    probe,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"
+FINETUNE_CONFIG = "configs/finetune.yaml"
 NEXT_EVENT_ROWS = ("model", "baseline/popularity", "baseline/repeat")
 NEXT_EVENT_COLUMNS = ("hr@1", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
 
@@ -243,7 +251,7 @@ def evaluate(
     both = aggregates if embeddings is None else aggregates.merge(embeddings, on=on, how="inner")
     out = {}
     for task, models in plan.items():
-        rows = labels[labels[task].notna()][[*on, task]].merge(both[on], on=on, how="inner")
+        rows = task_rows(labels, both, task, on)
         for model in models:
             key = f"{task}/{model}"
             compute = functools.partial(scores, aggregates, rows, task, on, model)
@@ -258,6 +266,94 @@ def evaluate(
     return out
 
 
+def task_rows(
+    labels: pd.DataFrame, features: pd.DataFrame, task: str, on: list[str]
+) -> pd.DataFrame:
+    """The rows a task is scored on: labelled, with features; their order fixes the folds."""
+    return labels[labels[task].notna()][[*on, task]].merge(features[on], on=on, how="inner")
+
+
+def finetune_scores(
+    run: FitRun, rows: pd.DataFrame, task: str, on: list[str], events: pd.DataFrame
+) -> dict:
+    """Fine-tunes the encoder (``seqenc fit`` with ``configs/finetune.yaml``, from the seed's
+    self-supervised bundle) on each training fold of the probes' folds of ``rows`` and scores its
+    predictions on the held-out fold: the same rows and folds as the probes (:func:`cv_folds`),
+    so the scores pair fold by fold; the checkpoint is picked on a share of the training fold."""
+    kind, y, classes, splits = cv_folds(rows[task].to_numpy())
+    folds: dict[str, list[float]] = {}
+    for k, (train, test) in enumerate(splits):
+        if set(rows[on[0]].iloc[train]) & set(rows[on[0]].iloc[test]):
+            sys.exit(f"{task}: an entity has rows in both the training and the test fold")
+        path = run.work / f"finetune-{task}-seed{run.seed}-fold{k}.parquet"
+        rows.iloc[train].to_parquet(path)
+        extra = ["--config", FINETUNE_CONFIG, "--data.labels", str(path)]
+        extra += ["--data.label_column", task, "--model.init_from", str(run.bundle)]
+        tuned, wall, _ = fit(run.config, run.seed, run.events, run.work, [*run.extra, *extra])
+        held = rows.iloc[test][on].reset_index(drop=True)
+        keys, output = predict_at(load_encoder(tuned, "cpu"), events, held)
+        order = held.reset_index().merge(keys.reset_index(), on=on)  # prediction of each row
+        output = _in_classes(output[order["index_y"]], tuned, classes, kind)
+        for name, value in prediction_scores(kind, y[test][order["index_x"]], output).items():
+            folds.setdefault(name, []).append(value)
+        print(
+            f"  {task}/fine-tuned fold {k}: {len(order)} rows, trained in {wall:.0f} s", flush=True
+        )
+    return {"n_rows": len(rows), "folds": folds}
+
+
+def _in_classes(output: np.ndarray, bundle: Path, classes: list, kind: str) -> np.ndarray:
+    """The head's probabilities as columns of ``classes`` (the probe's codes; a class the training
+    fold lacked gets 0)."""
+    if kind == "regression":
+        return output
+    head = json.loads((Path(bundle) / "config.json").read_text())["head"]["classes"]
+    full = np.zeros((len(output), len(classes)), dtype=np.float64)
+    full[:, [classes.index(c) for c in head]] = output
+    return full
+
+
+def add_finetuned(
+    scores: dict,
+    run: FitRun,
+    labels: pd.DataFrame,
+    both: pd.DataFrame,
+    tasks: list[str],
+    on: list[str],
+    events: pd.DataFrame,
+) -> None:
+    """Adds the fine-tuned model's fold scores (:func:`finetune_scores`) beside every probe of each
+    of ``tasks`` that ``scores`` holds (``task/probe`` keys, :func:`evaluate`'s)."""
+    for task in tasks:
+        keys = [k for k in scores if k.split("/")[0] == task]
+        if keys:
+            tuned = finetune_scores(run, task_rows(labels, both, task, on), task, on, events)
+            for key in keys:
+                scores[key]["finetuned"] = tuned
+
+
+def entity_subset(labels: pd.DataFrame, entity: str, n: int | None) -> pd.DataFrame:
+    """The label rows of a fixed draw of ``n`` entities (all with ``None``)."""
+    ids = labels[entity].drop_duplicates().sort_values()
+    if n is None or n >= len(ids):
+        return labels
+    drawn = ids.sample(n, random_state=0)
+    return labels[labels[entity].isin(drawn)].reset_index(drop=True)
+
+
+@dataclass
+class FitRun:
+    """What a fine-tune of one seed needs: the data config, the seed and its self-supervised
+    bundle, the event log read up to each label's cut-off, the work folder and fit overrides."""
+
+    config: str
+    seed: int
+    bundle: Path
+    events: Path
+    work: Path
+    extra: list[str]
+
+
 def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dict]:
     """Per task, probe and feature set: mean over seeds of the fold mean, mean fold std, std over
     seeds, and the paired difference both − aggregates over every (seed, fold)."""
@@ -266,8 +362,12 @@ def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dic
         task, model = key.split("/")
         metric = tasks[task]
         fold = {s: np.array([r[key][s]["folds"][metric] for r in runs]) for s in runs[0][key]}
-        diff = (fold["both"] - fold["aggregates"]).ravel()
+        diffs = {"both": (fold["both"] - fold["aggregates"]).ravel()}
+        if "finetuned" in fold:  # paired against the better of the probes' two single inputs
+            best = max(("aggregates", "embeddings"), key=lambda n: fold[n].mean())
+            diffs["finetuned"] = (fold["finetuned"] - fold[best]).ravel()
         for name, values in fold.items():
+            diff = diffs.get(name)
             rows.append(
                 {
                     "dataset": dataset,
@@ -280,8 +380,8 @@ def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dic
                     "mean": values.mean(),
                     "fold_std": values.std(axis=1).mean(),
                     "seed_std": values.mean(axis=1).std(),
-                    "diff_mean": diff.mean() if name == "both" else np.nan,
-                    "diff_std": diff.std() if name == "both" else np.nan,
+                    "diff_mean": np.nan if diff is None else diff.mean(),
+                    "diff_std": np.nan if diff is None else diff.std(),
                 }
             )
     return rows
@@ -289,14 +389,16 @@ def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dic
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| data | task (metric, n) | probe | aggregates | embeddings | both | both − aggregates (paired) |",  # noqa: E501
-        "|---|---|---|---:|---:|---:|---:|",
+        "| data | task (metric, n) | probe | aggregates | embeddings | both | both − aggregates (paired) | fine-tuned | fine-tuned − best single input (paired) |",  # noqa: E501
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     df = pd.DataFrame(rows)
     for (dataset, task, model), g in df.groupby(["dataset", "task", "probe"], sort=False):
         g = g.set_index("features")
 
         def cell(name: str, g=g) -> str:
+            if name not in g.index:
+                return "—"
             r = g.loc[name]
             return f"{r['mean']:.4f} ± {r['fold_std']:.4f} (seeds ± {r['seed_std']:.4f})"
 
@@ -306,9 +408,13 @@ def markdown(rows: list[dict]) -> str:
         chance = 0.5 if b["metric"] == "roc_auc" else 0.0
         beats = (b["diff_mean"] > 2 * b["diff_std"]) and (b["mean"] - chance > b["fold_std"])
         diff = f"{b['diff_mean']:+.4f} ± {b['diff_std']:.4f}{' **gain**' if beats else ''}"
+        tuned = "—"
+        if "finetuned" in g.index:
+            f = g.loc["finetuned"]
+            tuned = f"{f['diff_mean']:+.4f} ± {f['diff_std']:.4f}"
         lines.append(
             f"| {dataset} | {task} ({b['metric']}, {b['n']}) | {model} | {cell('aggregates')} | "
-            f"{cell('embeddings')} | {cell('both')} | {diff} |"
+            f"{cell('embeddings')} | {cell('both')} | {diff} | {cell('finetuned')} | {tuned} |"
         )
     return "\n".join(lines)
 
@@ -366,8 +472,17 @@ def main() -> None:
         "--bundles",
         nargs="+",
         default=None,
-        help="no training: probe these bundles (one per seed); the next-event table from each "
-        "run's metrics.csv",
+        help="no training: probe these bundles (one per seed of --seeds, in order; fine-tuning "
+        "starts from them); the next-event table from each run's metrics.csv",
+    )
+    parser.add_argument(
+        "--finetune-tasks",
+        nargs="*",
+        default=[],
+        help="tasks to fine-tune on too (a `seqenc fit` per seed and fold; 'account_type': the sample)",
+    )
+    parser.add_argument(
+        "--entities", type=int, default=None, help="a fixed draw of this many labelled entities"
     )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
@@ -386,6 +501,7 @@ def main() -> None:
             ROOT.parent / "shared/data" / args.data.replace("tafeng", "ta-feng")
         )
         events, labels = prepare(dataset, source, work)
+        labels = entity_subset(labels, on[0], args.entities)
         cutoffs = labels[on].drop_duplicates()
         aggregates = aggregate_features(
             events, dataset.schema, cutoffs, max_categories=dataset.max_categories or 20
@@ -402,10 +518,20 @@ def main() -> None:
         evaluate(plan, labels, aggregates, None, on, cache)
         return
     runs, sample_runs, next_event, fit_s = [], [], [], []
-    for bundle in args.bundles or []:
+    for seed, bundle in zip(args.seeds, args.bundles or [], strict=False):
         next_event.append(run_table(bundle))
         embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
         runs.append(evaluate(plan, labels, aggregates, embeddings, on, cache))
+        run = FitRun(
+            args.config or dataset.config,
+            seed,
+            Path(bundle).resolve(),
+            work / dataset.events,
+            work,
+            args.extra,
+        )
+        both = aggregates.merge(embeddings, on=on)
+        add_finetuned(runs[-1], run, labels, both, args.finetune_tasks, on, events)
     for seed in [] if args.bundles else args.seeds:
         if tasks:
             config = args.config or dataset.config
@@ -417,6 +543,9 @@ def main() -> None:
             print(f"seed {seed}: {args.data} trained in {wall:.0f} s ({bundle})", flush=True)
             embeddings = embed_at(load_encoder(bundle, "cpu"), events, cutoffs)
             runs.append(evaluate(plan, labels, aggregates, embeddings, on, cache))
+            run = FitRun(config, seed, bundle, work / dataset.events, work, args.extra)
+            both = aggregates.merge(embeddings, on=on)
+            add_finetuned(runs[-1], run, labels, both, args.finetune_tasks, on, events)
         if args.no_sample:
             continue
         bundle, wall, _ = fit(args.sample_config, seed, SAMPLE, work, args.extra, args.checkpoint)
@@ -427,6 +556,10 @@ def main() -> None:
                 ["entity_id"], sample_cache,
             )
         )  # fmt: skip
+        run = FitRun(args.sample_config, seed, bundle, SAMPLE, work, args.extra)
+        both = sample_aggregates.merge(df, on="entity_id")
+        tuned = [t for t in args.finetune_tasks if t in SAMPLE_TASKS]
+        add_finetuned(sample_runs[-1], run, sample_labels, both, tuned, ["entity_id"], sample)
         print(f"seed {seed}: sample trained in {wall:.0f} s ({bundle})", flush=True)
     wall = time.perf_counter() - start
     command = "OMP_NUM_THREADS=1 python benchmarks/downstream.py " + " ".join(sys.argv[1:])

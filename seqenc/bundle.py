@@ -3,7 +3,7 @@
 A bundle holds ``config.json`` (versions, model name, objective, the
 :class:`~seqenc.model.encoder.EncoderConfig`, the data spec without vocabularies, a hash of that
 configuration and the SHA-256 of the other files), ``vocab.json`` (:meth:`Vocabularies.to_dict`)
-and ``model.safetensors`` (the encoder weights only). The format is plain data: this module
+and ``model.safetensors`` (the encoder weights, and a fine-tuned model's label head under ``head.``). The format is plain data: this module
 imports the model and the data spec, never training code, and loading reads JSON and safetensors
 only, type-checking and cross-checking every field with messages naming the file and the field.
 Bundles are written under a temporary name and renamed into place. Earlier formats still load.
@@ -24,16 +24,17 @@ from safetensors.torch import load_file, save_file
 from seqenc.atomic import atomic_directory
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
-from seqenc.data.vocab import Vocabularies, vocab_id_types
+from seqenc.data.vocab import VOCAB_FILE, Vocabularies, vocab_id_types
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.head import SupervisedHead
 from seqenc.model.objectives import OBJECTIVES
 from seqenc.version import __version__
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: the lengths named (history_len, encoder.n_positions)
 READABLE_VERSIONS = (1, 2)
-CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safetensors"
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ class BundleMeta:
         vocabulary: what the vocabulary bounds did at fit time (:meth:`Vocabularies.figures`:
             values kept, out-of-vocabulary buckets, share of training events in them), for people
             to read; encoding reads the buckets from ``vocab.json`` (``{}`` in older bundles).
+        head: a fine-tuned model's label head (:meth:`SupervisedHead.describe
+            <seqenc.model.head.SupervisedHead.describe>`: task, classes, scale), whose weights are
+            the ``head.*`` tensors; ``{}`` for a self-supervised model (and in older bundles).
     """
 
     name: str
@@ -70,6 +74,7 @@ class BundleMeta:
     seqenc_version: str = __version__
     format_version: int = FORMAT_VERSION
     vocabulary: dict[str, Any] = field(default_factory=dict)
+    head: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dim(self) -> int:
@@ -89,6 +94,7 @@ class BundleMeta:
             "weights_sha256": self.weights_sha256,
             "vocab_sha256": self.vocab_sha256,
             "vocabulary": self.vocabulary,
+            "head": self.head,
         }
 
     @classmethod
@@ -109,14 +115,15 @@ class BundleMeta:
             d |= {"history_len": stored["max_len"]} if "max_len" in stored else {}
             if isinstance(d.get("encoder"), dict):
                 d["encoder"] = EncoderConfig.upgrade(d["encoder"])
-        optional = {"vocab_sha256", "vocabulary"}
+        optional = {"vocab_sha256", "vocabulary", "head"}
         missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in optional]
         if missing:
             raise SeqencError(f"{where}: missing key(s) {missing}")
         for key in ("name", "objective", "config_hash", "weights_sha256", "seqenc_version"):
             _expect(d[key], str, f"{where}: {key}")
         _expect(d.get("vocab_sha256", ""), str, f"{where}: vocab_sha256")
-        _expect(d.get("vocabulary", {}), dict, f"{where}: vocabulary")
+        for key in ("vocabulary", "head"):
+            _expect(d.get(key, {}), dict, f"{where}: {key}")
         _expect(d["history_len"], int, f"{where}: history_len")
         for key in ("encoder", "schema"):
             _expect(d[key], dict, f"{where}: {key}")
@@ -137,6 +144,7 @@ class BundleMeta:
             seqenc_version=d["seqenc_version"],
             format_version=version,
             vocabulary=d.get("vocabulary", {}),
+            head=d.get("head", {}),
         )
         meta.check(where)
         if meta.config_hash != _hash({k: stored[k] for k in stored if k in HASHED}):
@@ -299,6 +307,7 @@ def save_bundle(
             weights_sha256=file_sha256(tmp / WEIGHTS_FILE),
             vocab_sha256=file_sha256(tmp / VOCAB_FILE),
             vocabulary=spec.vocabs.figures(),
+            head=encoder.head.describe() if encoder.head is not None else {},
         )
         meta.check(where)
         (tmp / CONFIG_FILE).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
@@ -349,6 +358,7 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
     except (SafetensorError, OSError, ValueError) as e:
         raise SeqencError(f"cannot read weights {str(weights)!r}: {e}") from e
     encoder = SequenceEncoder(meta.encoder)
+    encoder.head = _head(meta, str(path / CONFIG_FILE))
     try:
         encoder.load_state_dict(state)
     except RuntimeError as e:
@@ -356,3 +366,13 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
             f"weights {str(weights)!r} do not fit the encoder in config.json: {e}"
         ) from e
     return encoder.eval(), meta, vocabs
+
+
+def _head(meta: BundleMeta, where: str) -> SupervisedHead | None:
+    """The label head ``config.json`` describes (``None`` for a self-supervised model)."""
+    if not meta.head:
+        return None
+    try:
+        return SupervisedHead(meta.encoder.d_model, **meta.head)
+    except (TypeError, ValueError) as e:
+        raise SeqencError(f"{where}: invalid head: {e}") from e

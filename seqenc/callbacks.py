@@ -103,8 +103,8 @@ class Baselines(Callback):
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
-        if datamodule is None or not trainer.is_global_zero:
-            return
+        if datamodule is None or not trainer.is_global_zero or pl_module.encoder.head is not None:
+            return  # no next-event test to compare with (a label head's fit tests its labels)
         train, _, test = datamodule.splits
         values = baseline_metrics(train, test, pl_module.hparams.ks, pl_module.filter_seen)
         model = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}

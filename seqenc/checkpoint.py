@@ -17,6 +17,7 @@ from seqenc.bundle import save_bundle
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.head import SupervisedHead
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -58,13 +59,15 @@ def bundle_from_checkpoint(
     ckpt = load_checkpoint(ckpt_path)
     try:
         encoder = SequenceEncoder(EncoderConfig(**EncoderConfig.upgrade(ckpt["encoder_config"])))
+        state = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)
+        spec = DataSpec.from_dict(state["spec"])
+        if spec.labels:  # a fine-tuned model: its label head is part of the encoder's weights
+            encoder.head = SupervisedHead(encoder.config.d_model, **spec.labels)
         prefix = "encoder."
         encoder.load_state_dict(
             {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
         )
-        state = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)
-        spec = DataSpec.from_dict(state["spec"])
         objective = ckpt["hyper_parameters"]["objective"]
-    except (TypeError, KeyError, RuntimeError, SeqencError) as e:
+    except (TypeError, KeyError, RuntimeError, ValueError, SeqencError) as e:
         raise SeqencError(f"checkpoint {str(ckpt_path)!r} is not a usable seqenc model: {e}") from e
     return save_bundle(output_dir, encoder, spec, objective=objective, name=name)

@@ -12,12 +12,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
 
+from seqenc.bundle import load_bundle
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.metrics import BasketMetrics, RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.head import SupervisedHead
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
@@ -33,6 +35,7 @@ from seqenc.run_options import (
 )
 
 log = logging.getLogger(__name__)
+LabelledBatch = tuple[Batch, torch.Tensor] | list  # a batch of labelled samples and its targets
 
 
 class SeqencModule(pl.LightningModule):
@@ -77,6 +80,14 @@ class SeqencModule(pl.LightningModule):
             resolved.
         ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
             basket protocol, ``spec.baskets``: :class:`~seqenc.metrics.BasketMetrics`).
+        init_from: a bundle whose encoder weights start the training (fine-tuning a
+            self-supervised model; the CLI reads the data with its vocabularies). The architecture
+            options must give the bundle's shapes, else one line says which differs.
+
+    With a label table (``spec.labels``, from ``data.labels``) the encoder gets a label head
+    (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout and the head's loss is added
+    to the weighted terms above (which may then both be 0); validation and test score the held-out
+    labelled entities (``val/loss``, and ``val/score``, minus the loss, which picks the checkpoint).
     """
 
     def __init__(
@@ -98,6 +109,7 @@ class SeqencModule(pl.LightningModule):
         warmup_steps: int = 100,
         filter_seen: bool | None = None,
         ks: tuple[int, ...] = (10, 20),
+        init_from: str | None = None,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
@@ -112,7 +124,8 @@ class SeqencModule(pl.LightningModule):
             encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
         self.config = resolve_encoder(encoder, spec, self.objective)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
-        check_options(dict(self.hparams) | {"loss": self.loss}, self.config, objective)
+        options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
+        check_options(options, self.config, objective)
         repeats = spec.repeat_share >= REPEAT_SHARE
         self.filter_seen = not repeats if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
@@ -125,21 +138,51 @@ class SeqencModule(pl.LightningModule):
         self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
+        if spec.labels:
+            self.encoder.head = SupervisedHead(self.config.d_model, **spec.labels)
+        if init_from is not None:
+            self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
         self.val_metrics, self.test_metrics = metrics(ks), metrics(ks)
 
+    def _init_from(self, path: str) -> None:
+        """The encoder weights of the bundle at ``path`` (its head, if any, is not taken)."""
+        encoder, meta, vocabs = load_bundle(path)
+        if vocabs != self.spec.vocabs:
+            raise SeqencError(
+                f"model.init_from {path}: the bundle's vocabularies differ from the data's "
+                "(read the data with them: data.vocabs_from)"
+            )
+        state = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
+        shapes = {k: tuple(v.shape) for k, v in self.encoder.state_dict().items()}
+        if {k: tuple(v.shape) for k, v in state.items()} != {
+            k: v for k, v in shapes.items() if not k.startswith("head.")
+        }:
+            why = shape_mismatch(asdict(meta.encoder), self.config, self.spec)
+            raise SeqencError(f"model.init_from {path}: its weights do not fit this model: {why}")
+        self.encoder.load_state_dict(state, strict=False)
+
     # ---- training -------------------------------------------------------------------------
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams
-        loss = torch.zeros((), device=batch.items.device)
+        loss = torch.zeros((), device=self.device)
+        if not isinstance(batch, Batch):  # labelled samples (the DataLoader makes the pair a list)
+            batch, targets = batch
+            loss = self.label_loss(batch, targets)
+            self.log("train/label", loss, batch_size=len(batch))
         if hp.next_item_weight > 0:
-            loss = hp.next_item_weight * self.next_item_loss(batch)
+            loss = loss + hp.next_item_weight * self.next_item_loss(batch)
         if hp.contrastive_weight > 0:
             contrastive = self.contrastive_loss(batch)
             self.log("train/contrastive", contrastive, batch_size=len(batch))
             loss = loss + hp.contrastive_weight * contrastive
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
+
+    def label_loss(self, batch: Batch, targets: torch.Tensor) -> torch.Tensor:
+        """The label head's loss on the entity readouts of ``batch`` (mean over its rows)."""
+        head = self.encoder.head
+        return head.loss(head(self.encoder.entity_embedding(batch)), targets)
 
     def next_item_loss(self, batch: Batch) -> torch.Tensor:
         """The objective's item-prediction loss on a training batch (mean over its targets)."""
@@ -242,11 +285,23 @@ class SeqencModule(pl.LightningModule):
             repeat[rows[items == batch.target[rows]]] = True
         metrics.update(None, repeat=repeat, ranks=ranks)
 
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+    def validation_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> None:
+        if not isinstance(batch, Batch):
+            self._log_label_loss("val", *batch)
+        else:
+            self._evaluate(batch, self.val_metrics)
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics)
+    def test_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> None:
+        if not isinstance(batch, Batch):
+            self._log_label_loss("test", *batch)
+        else:
+            self._evaluate(batch, self.test_metrics)
+
+    def _log_label_loss(self, stage: str, batch: Batch, targets: torch.Tensor) -> None:
+        """The label loss of held-out samples (epoch mean), and its negative as the score."""
+        loss = self.label_loss(batch, targets)
+        self.log(f"{stage}/loss", loss, batch_size=len(batch))
+        self.log(f"{stage}/score", -loss, batch_size=len(batch), prog_bar=stage == "val")
 
     def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         values = metrics.compute()
@@ -256,10 +311,12 @@ class SeqencModule(pl.LightningModule):
         metrics.reset()
 
     def on_validation_epoch_end(self) -> None:
-        self._log_metrics("val", self.val_metrics)
+        if self.encoder.head is None:
+            self._log_metrics("val", self.val_metrics)
 
     def on_test_epoch_end(self) -> None:
-        self._log_metrics("test", self.test_metrics)
+        if self.encoder.head is None:
+            self._log_metrics("test", self.test_metrics)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
@@ -293,6 +350,9 @@ class SeqencModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        if self.encoder.head is not None:
+            log.info("evaluation: the label loss of the held-out labelled entities")
+            return
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.loss == "sampled_softmax" and hasattr(datamodule, "item_counts"):
             counts = torch.from_numpy(datamodule.item_counts(self.config.n_items))

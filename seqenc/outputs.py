@@ -13,6 +13,7 @@ import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta
+from seqenc.model.head import SupervisedHead
 
 
 @dataclass
@@ -62,6 +63,37 @@ def with_embeddings(columns: pa.Table, embeddings: np.ndarray) -> pa.Table:
     flat = pa.array(embeddings.reshape(-1), type=pa.float32())
     column = pa.FixedSizeListArray.from_arrays(flat, type=embedding_type(embeddings.shape[1]))
     return columns.add_column(1, "embedding", column)
+
+
+def prediction_fields(head: SupervisedHead | None) -> list[tuple[str, pa.DataType]]:
+    """The columns a fine-tuned model's output adds after the others: ``prediction`` (the most
+    probable class, or the number) and, for classes, ``probabilities`` (one per class, in the order
+    of the bundle's ``head.classes``)."""
+    if head is None:
+        return []
+    if head.task == "regression":
+        return [("prediction", pa.float64())]
+    return [
+        ("prediction", pa.array(head.classes).type),
+        ("probabilities", pa.list_(pa.float32(), len(head.classes))),
+    ]
+
+
+@torch.inference_mode()
+def with_predictions(
+    columns: pa.Table, head: SupervisedHead | None, embeddings: np.ndarray
+) -> pa.Table:
+    """``columns`` with the :func:`prediction_fields` of ``head`` on the (native) ``embeddings``
+    appended; unchanged without a head."""
+    if head is None:
+        return columns
+    out = head.predict(head(torch.from_numpy(np.asarray(embeddings, dtype=np.float32)))).numpy()
+    if head.task == "regression":
+        return columns.append_column("prediction", pa.array(out.astype(np.float64)))
+    best = pa.array(head.classes).take(pa.array(out.argmax(axis=1)))
+    flat = pa.array(np.ascontiguousarray(out, dtype=np.float32).reshape(-1))
+    probabilities = pa.FixedSizeListArray.from_arrays(flat, len(head.classes))
+    return columns.append_column("prediction", best).append_column("probabilities", probabilities)
 
 
 def embedding_type(dim: int) -> pa.DataType:

@@ -192,9 +192,10 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "and model.objective is causal"
         )
     weights = options["next_item_weight"], options["contrastive_weight"]
-    if min(weights) < 0 or max(weights) <= 0:
+    if min(weights) < 0 or (max(weights) <= 0 and not options.get("labels")):
         raise SeqencError(
-            "next_item_weight and contrastive_weight must be >= 0 and not both 0, got "
+            "next_item_weight and contrastive_weight must be >= 0 and not both 0 (without "
+            f"data.labels), got "
             f"{weights[0]} and {weights[1]}"
         )
     temperature, share = options["contrastive_temperature"], options["contrastive_min_share"]

@@ -27,6 +27,7 @@ from seqenc.module import SeqencModule
 from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
 
 MONITOR = "val/ndcg@10"
+LABEL_MONITOR = "val/score"  # with data.labels: minus the label loss of the held-out entities
 MAX_EPOCHS = 20
 PATIENCE = 10
 
@@ -76,8 +77,19 @@ class SeqencCLI(LightningCLI):
         model = resume_options(given.as_dict() if given else {}, saved)
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
+    def before_instantiate_classes(self) -> None:
+        """A bundle fine-tuned from (``model.init_from``) reads the events with its own
+        vocabularies (``data.vocabs_from``), so its weights fit them."""
+        config = self.config.get(self.config.get("subcommand"), self.config)
+        if config.get("model") and config.model.get("init_from"):
+            config.data.vocabs_from = config.data.get("vocabs_from") or config.model.init_from
+
     def before_fit(self) -> None:
         check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
+        if self.model.encoder.head is not None:  # fine-tuning: the label loss picks the checkpoint
+            for callback in self.trainer.callbacks:
+                if getattr(callback, "monitor", None) == MONITOR:
+                    callback.monitor = LABEL_MONITOR
         if self.trainer.is_global_zero:
             print(self.datamodule.vocabs.describe())
 
@@ -207,6 +219,9 @@ FIRST_OPTIONS = {
         ("max_items", "keep the most frequent items; the rest share hashed buckets"),
         ("baskets", "same-time events are a set (null: from the data's ties)"),
         ("batch_size", "training samples per batch"),
+        ("labels", "label table (Parquet/CSV): fine-tune a label head"),
+        ("label_column", "the label to predict (with data.labels)"),
+        ("as_of_column", "per-label cut-off: only earlier events are read"),
     ],
     "model": [
         ("objective", "causal (next event) or masked (cloze)"),
@@ -217,6 +232,7 @@ FIRST_OPTIONS = {
         ("encoder.pooling", "entity embedding: last position or mean"),
         ("encoder.repeat_head", "copy head for repeated items (null: from the data)"),
         ("lr", "AdamW learning rate (warm-up, then cosine decay)"),
+        ("init_from", "a bundle whose encoder weights start the fit (fine-tuning)"),
         ("warmup_steps", "linear warm-up steps"),
     ],
     "trainer": [

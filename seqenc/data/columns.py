@@ -283,3 +283,17 @@ def epoch_seconds(value: object) -> float:
     ticks = ts.asm8  # numpy datetime64 in the Timestamp's own unit: no overflow up to 9999
     unit = np.datetime_data(ticks.dtype)[0]
     return float(_seconds(np.array([ticks.astype(np.int64)]), _TICKS_PER_SECOND[unit])[0])
+
+
+def epoch_column(values: pd.Series, name: str) -> np.ndarray:
+    """A column of points in time → float epoch seconds (naive values are UTC)."""
+    if pd.api.types.is_numeric_dtype(values):
+        out = values.to_numpy(dtype=float)
+    else:
+        ts = pd.to_datetime(values, utc=True, errors="coerce")
+        out = (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+    bad = ~np.isfinite(out)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SeqencError(f"column {name!r} row {row}: not a point in time: {values.iloc[row]!r}")
+    return out

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
 from seqenc.data.batches import Batch, collate
 from seqenc.data.bounds import PerColumn, VocabBounds
+from seqenc.data.labels import LabelledView, Labels, LabelTask, labelled_view, read_labels, subset
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
@@ -31,7 +34,7 @@ from seqenc.data.split import (
     leave_one_out,
     training_windows,
 )
-from seqenc.data.vocab import Vocabularies
+from seqenc.data.vocab import Vocabularies, read_vocabs
 from seqenc.errors import SeqencError
 
 
@@ -46,6 +49,25 @@ class ViewDataset(Dataset):
 
     def __getitem__(self, idx: np.ndarray) -> Batch:
         return collate(self.view, idx, self.max_events, with_seen=self.with_seen)
+
+
+class LabelledDataset(Dataset):
+    """Labelled samples indexed by a whole index array: ``dataset[idx]`` is ``(Batch, targets)``,
+    each history read out at its label's cut-off (the query time ``seqenc embed --as-of`` gives)."""
+
+    def __init__(self, samples: LabelledView, history_len: int) -> None:
+        self.samples, self.history_len = samples, history_len
+
+    def __len__(self) -> int:
+        return len(self.samples.view)
+
+    def __getitem__(self, idx: np.ndarray) -> tuple[Batch, torch.Tensor]:
+        view, query = self.samples.view, self.samples.query[idx]
+        batch = collate(view, idx, self.history_len)
+        newest = view.store.timestamps[np.maximum(view.ends[idx] - 1, 0)]
+        gap = np.where(np.isnan(query), batch.dt_query.numpy(), query - newest)
+        batch = replace(batch, dt_query=torch.from_numpy(gap.astype(np.float32)))
+        return batch, torch.from_numpy(self.samples.targets[idx])
 
 
 class SequenceDataModule(pl.LightningDataModule):
@@ -93,6 +115,17 @@ class SequenceDataModule(pl.LightningDataModule):
             time are a set, the test target the newest basket, the validation target the one
             before, and the model trains without the order inside a basket. ``None`` (the
             default) decides from the data (tied test targets, printed at fit time).
+        labels: a label table (Parquet / CSV; in Python a DataFrame) for supervised fine-tuning:
+            the model then trains a label head on the entity readout
+            (:mod:`seqenc.model.head`), each sample an entity's history up to its row's
+            ``as_of_column`` (all of it when the table has no such column). ``None``: the
+            self-supervised fit (leave-one-out next-event splits).
+        label_column, as_of_column, label_task: the label, the per-row cut-off, and
+            ``classification`` / ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
+        val_share: with labels, the share of labelled entities held out (a fixed draw) to pick
+            the checkpoint; the test after ``fit`` scores them again.
+        vocabs_from: a bundle directory whose vocabularies encode the events (so its weights fit:
+            ``model.init_from`` sets it), instead of vocabularies fitted on them.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
@@ -118,6 +151,12 @@ class SequenceDataModule(pl.LightningDataModule):
         eval_entities: int | None = None,
         baskets: bool | None = None,
         seed: int | None = None,
+        labels: str | None = None,
+        label_column: str | None = None,
+        as_of_column: str = "as_of",
+        label_task: LabelTask = "auto",
+        val_share: float = 0.1,
+        vocabs_from: str | None = None,
     ) -> None:
         super().__init__()
         if schema is not None and format != "events":
@@ -136,7 +175,14 @@ class SequenceDataModule(pl.LightningDataModule):
         if eval_entities is not None and eval_entities < 1:
             raise SeqencError(f"data.eval_entities must be >= 1 or null, got {eval_entities}")
         self.eval_entities = eval_entities
-        self._restored_vocabs: Vocabularies | None = None
+        if labels is not None and (label_column is None or not 0 < val_share < 1):
+            raise SeqencError(
+                f"data.labels needs data.label_column and data.val_share in (0, 1), got "
+                f"{label_column!r} and {val_share}"
+            )
+        self.labels, self.label_column, self.as_of_column = labels, label_column, as_of_column
+        self.label_task, self.val_share = label_task, val_share
+        self._restored_vocabs = None if vocabs_from is None else read_vocabs(vocabs_from)
 
     @cached_property
     def _events(self) -> tuple[Any, EventSchema]:
@@ -184,13 +230,37 @@ class SequenceDataModule(pl.LightningDataModule):
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model); built
         once, as every checkpoint saves it."""
+        labels = None if self.labels is None else self.label_table.spec
         return DataSpec(
             self._events[1],
             self.vocabs,
             self.history_len,
             repeat_share(self.store),
-            self.basket_protocol,
+            baskets=self.basket_protocol,
+            labels=labels,
         )
+
+    @cached_property
+    def label_table(self) -> Labels:
+        """The checked label table (``data.labels``)."""
+        events_schema = self._events[1]
+        return read_labels(
+            self.labels, events_schema.entity, self.label_column, self.as_of_column, self.label_task
+        )
+
+    @cached_property
+    def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
+        """(train, validation) labelled samples, split by entity: a fixed ``val_share`` draw."""
+        samples = labelled_view(self.store, self.label_table)
+        entities = np.unique(samples.view.rows)
+        rng = np.random.default_rng(0)
+        held = rng.choice(entities, max(1, round(self.val_share * len(entities))), replace=False)
+        val = np.isin(samples.view.rows, held)
+        rank_zero_info(
+            f"labels: {int((~val).sum()):,} training and {int(val.sum()):,} validation rows "
+            f"({len(held):,} of {len(entities):,} entities held out)"
+        )
+        return subset(samples, np.flatnonzero(~val)), subset(samples, np.flatnonzero(val))
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -224,9 +294,14 @@ class SequenceDataModule(pl.LightningDataModule):
         return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
+        dataset = ViewDataset(view, self.window_len if train else self.history_len, with_seen)
+        return self._batches(dataset, view.lengths, train)
+
+    def _batches(self, dataset: Dataset, lengths: np.ndarray, train: bool) -> DataLoader:
+        """Length-bucketed batches of ``dataset`` (shuffled for training)."""
         trainer = self.trainer
         sampler = BucketBatchSampler(
-            view.lengths,
+            lengths,
             self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             seed=self.batch_seed,
@@ -236,14 +311,20 @@ class SequenceDataModule(pl.LightningDataModule):
             even_shards=train,
         )
         return DataLoader(
-            ViewDataset(view, self.window_len if train else self.history_len, with_seen),
+            dataset,
             sampler=sampler,
             batch_size=None,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
+    def _labelled_loader(self, samples: LabelledView, train: bool) -> DataLoader:
+        dataset = LabelledDataset(samples, self.history_len)
+        return self._batches(dataset, samples.view.lengths, train)
+
     def train_dataloader(self) -> DataLoader:
+        if self.labels is not None:
+            return self._labelled_loader(self.labelled_splits[0], train=True)
         train = self.splits[0]
         if self.windows:
             train = training_windows(train, self.window_len)
@@ -254,7 +335,11 @@ class SequenceDataModule(pl.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
+        if self.labels is not None:
+            return self._labelled_loader(self.labelled_splits[1], train=False)
         return self._loader(self.splits[1], train=False, with_seen=True)
 
     def test_dataloader(self) -> DataLoader:
+        if self.labels is not None:  # the held-out labelled entities (no separate test split)
+            return self._labelled_loader(self.labelled_splits[1], train=False)
         return self._loader(self.splits[2], train=False, with_seen=True)

@@ -25,6 +25,8 @@ class DataSpec:
             history (a statistic of the training log that picks defaults: repeat head, filter).
         baskets: events of an entity that share a time are a set, in training and evaluation
             (:mod:`seqenc.data.baskets`); a spec saved before it existed reads ``False``.
+        labels: with a label table (fine-tuning), the label head's description (task, classes,
+            scale: :func:`~seqenc.data.labels.read_labels`); ``None`` for a self-supervised fit.
 
     A plain class, not a dataclass: LightningCLI links the object itself into the model instead of
     expanding its fields into command-line options.
@@ -37,6 +39,7 @@ class DataSpec:
         history_len: int,
         repeat_share: float = 0.0,
         baskets: bool = False,
+        labels: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(history_len, int) or isinstance(history_len, bool) or history_len < 1:
             raise SeqencError(f"history_len must be a positive integer, got {history_len!r}")
@@ -46,6 +49,7 @@ class DataSpec:
         self.schema, self.vocabs, self.history_len = schema, vocabs, history_len
         self.repeat_share = float(repeat_share)
         self.baskets = bool(baskets)
+        self.labels = labels
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DataSpec) and self.to_dict() == other.to_dict()
@@ -80,7 +84,7 @@ class DataSpec:
             "repeat_share": self.repeat_share,
             "baskets": self.baskets,
             "vocabs": self.vocabs.to_dict(),
-        }
+        } | ({"labels": self.labels} if self.labels else {})
 
     @classmethod
     def from_dict(cls, d: Any) -> DataSpec:
@@ -101,5 +105,10 @@ class DataSpec:
             raise SeqencError(f"data spec: invalid schema: {e}") from e
         vocabs = Vocabularies.from_dict(d["vocabs"])
         return cls(
-            schema, vocabs, d["history_len"], d.get("repeat_share", 0.0), d.get("baskets", False)
+            schema,
+            vocabs,
+            d["history_len"],
+            d.get("repeat_share", 0.0),
+            baskets=d.get("baskets", False),
+            labels=d.get("labels"),
         )

@@ -11,7 +11,9 @@ an item first seen at encode time lands in the bucket a rare item of its hash tr
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -359,3 +361,16 @@ def vocab_id_types(schema: EventSchema, vocabs: Vocabularies, where: str) -> Eve
                 f"vocabulary holds {'integers' if kind == 'int' else 'text'}"
             )
     return schema.with_id_types(types)
+
+
+VOCAB_FILE = "vocab.json"  # a bundle's vocabularies (:meth:`Vocabularies.to_dict`)
+
+
+def read_vocabs(bundle: str | Path) -> Vocabularies:
+    """The vocabularies of the bundle directory ``bundle`` (its ``vocab.json``), to encode new
+    events exactly as the bundle's weights were trained (fine-tuning from a bundle)."""
+    path = Path(bundle) / VOCAB_FILE
+    try:
+        return Vocabularies.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError) as e:
+        raise SeqencError(f"cannot read the vocabularies {str(path)!r}: {e}") from e

@@ -5,7 +5,9 @@ numbers) or gradient-boosted trees on a feature table with k-fold cross-validati
 ROC-AUC / accuracy or R² with their spread over folds. :func:`aggregate_features` computes the hand-made baseline from the same
 events (per-category counts and shares, amount statistics per category, event rate, recency,
 inter-event gaps), point-in-time correct like :func:`~seqenc.inference.encode`, and
-:func:`embed_at` embeds each labelled entity at its own cut-off. ``seqenc probe``
+:func:`embed_at` embeds each labelled entity at its own cut-off; :func:`predict_at` gives a
+fine-tuned bundle's predictions there, scored on the probe's folds (:func:`cv_folds`) by
+:func:`prediction_scores`. ``seqenc probe``
 (:mod:`seqenc.commands.probe`) runs the three comparisons (aggregates, embeddings, both) from
 Parquet files.
 
@@ -14,14 +16,24 @@ scikit-learn is an optional dependency (``pip install 'seqenc[eval]'``), importe
 
 from __future__ import annotations
 
-from seqenc.evaluate.features import aggregate_features, embed_at
-from seqenc.evaluate.probe import ProbeResult, compare, feature_matrix, probe
+from seqenc.evaluate.features import aggregate_features, embed_at, predict_at
+from seqenc.evaluate.probe import (
+    ProbeResult,
+    compare,
+    cv_folds,
+    feature_matrix,
+    prediction_scores,
+    probe,
+)
 
 __all__ = [
     "ProbeResult",
     "aggregate_features",
     "compare",
+    "cv_folds",
     "embed_at",
     "feature_matrix",
+    "predict_at",
+    "prediction_scores",
     "probe",
 ]

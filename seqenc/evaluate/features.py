@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import torch
 
+from seqenc.data.columns import epoch_column
 from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
@@ -47,7 +49,7 @@ def _cutoffs(
                     f"as_of table has no column {column!r} (columns: {list(as_of.columns)})"
                 )
         check_id_kinds(as_of, df, entity, "events'")
-        ref = _epoch_column(as_of[as_of_column], as_of_column)
+        ref = epoch_column(as_of[as_of_column], as_of_column)
         keys = pd.DataFrame({entity: as_of[entity].to_numpy(), "_ref": ref})
         out_keys = [entity, as_of_column]
     else:
@@ -56,20 +58,6 @@ def _cutoffs(
         out_keys = [entity]
     keys["_row"] = np.arange(len(keys))
     return keys, out_keys
-
-
-def _epoch_column(values: pd.Series, name: str) -> np.ndarray:
-    """A column of points in time → float epoch seconds (naive values are UTC)."""
-    if pd.api.types.is_numeric_dtype(values):
-        out = values.to_numpy(dtype=float)
-    else:
-        ts = pd.to_datetime(values, utc=True, errors="coerce")
-        out = (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
-    bad = ~np.isfinite(out)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SeqencError(f"column {name!r} row {row}: not a point in time: {values.iloc[row]!r}")
-    return out
 
 
 def _top_values(values: pd.Series, max_categories: int) -> pd.Series:
@@ -265,3 +253,27 @@ def embed_at(
     if not parts:
         raise SeqencError("no row of cutoffs has an event at or before its as_of")
     return pd.concat(parts, ignore_index=True)
+
+
+def predict_at(
+    encoder: Encoder,
+    events: Source,
+    cutoffs: pd.DataFrame,
+    *,
+    entity: str | None = None,
+    as_of_column: str = "as_of",
+    batch_size: int = 256,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """A fine-tuned bundle's predictions at every row of ``cutoffs`` (:func:`embed_at`'s rows, its
+    embeddings through the bundle's label head): the key columns and ``[n, k]`` probabilities of
+    the head's classes, or ``[n]`` numbers."""
+    head = encoder.model.head
+    if head is None:
+        raise SeqencError(f"bundle {encoder.meta.name!r} has no label head (not fine-tuned)")
+    table = embed_at(
+        encoder, events, cutoffs, entity=entity, as_of_column=as_of_column, batch_size=batch_size
+    )
+    embeddings = torch.from_numpy(np.stack(table.pop("embedding").to_numpy()).astype(np.float32))
+    with torch.inference_mode():
+        output = head.predict(head(embeddings.to(encoder.device))).cpu().numpy()
+    return table, output

@@ -176,14 +176,11 @@ def probe(
     """
     metrics = _sklearn()[2]
     x, y = _align(features, labels, label_column, on)
-    task = _infer_task(y) if task == "auto" else task
-    if task not in ("binary", "multiclass", "regression"):
-        raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
-    y, classes = _label_codes(task, y, n_splits)
-    splitter, search = estimator(task, model, n_splits, seed)
+    task, y, classes, splits = cv_folds(y, task, n_splits, seed)
+    search = estimator(task, model, n_splits, seed)[1]
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
-    for train, test in splitter.split(x, y):
+    for train, test in splits:
         with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
             warnings.simplefilter("ignore", FutureWarning)
             search.fit(x[train], y[train])
@@ -199,6 +196,20 @@ def probe(
         folds={k: np.asarray(v) for k, v in folds.items()},
         baseline={k: float(np.mean(v)) for k, v in base.items()},
     )
+
+
+def cv_folds(
+    y: np.ndarray, task: Task = "auto", n_splits: int = 5, seed: int = 0
+) -> tuple[str, np.ndarray, list, list[tuple[np.ndarray, np.ndarray]]]:
+    """The folds :func:`probe` scores on, for labels ``y`` in row order: ``(task, coded y, classes,
+    [(train rows, test rows)] per fold)``. A model trained outside the probe (a fine-tuned
+    encoder) is scored on the same held-out rows by :func:`prediction_scores`."""
+    task = _infer_task(y) if task == "auto" else task
+    if task not in ("binary", "multiclass", "regression"):
+        raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
+    codes, classes = _label_codes(task, y, n_splits)
+    splitter = estimator(task, "linear", n_splits, seed)[0]
+    return task, codes, classes, list(splitter.split(np.zeros((len(codes), 1)), codes))
 
 
 def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, list]:
@@ -281,13 +292,24 @@ class _HoldoutSearch:
 
 def _scores(metrics, task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     if task == "regression":
-        return {"r2": float(metrics.r2_score(y, model.predict(x)))}
-    proba = model.predict_proba(x)
+        return prediction_scores(task, y, model.predict(x))
+    return prediction_scores(task, y, model.predict_proba(x), model.classes_)
+
+
+def prediction_scores(
+    task: str, y: np.ndarray, output: np.ndarray, classes: np.ndarray | None = None
+) -> dict[str, float]:
+    """The probe's metrics of predictions ``output`` for coded labels ``y``: R² of numbers, or
+    ROC-AUC and accuracy of ``[n, k]`` probabilities of ``classes`` (default ``0..k-1``)."""
+    metrics = _sklearn()[2]
+    if task == "regression":
+        return {"r2": float(metrics.r2_score(y, output))}
+    classes = np.arange(output.shape[1]) if classes is None else np.asarray(classes)
     if task == "binary":
-        auc = metrics.roc_auc_score(y, proba[:, 1])
+        auc = metrics.roc_auc_score(y, output[:, 1])
     else:
-        auc = metrics.roc_auc_score(y, proba, multi_class="ovr", labels=model.classes_)
-    accuracy = metrics.accuracy_score(y, model.classes_[proba.argmax(axis=1)])
+        auc = metrics.roc_auc_score(y, output, multi_class="ovr", labels=classes)
+    accuracy = metrics.accuracy_score(y, classes[output.argmax(axis=1)])
     return {"roc_auc": float(auc), "accuracy": float(accuracy)}
 
 

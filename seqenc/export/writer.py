@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,24 @@ from tqdm.auto import tqdm
 from seqenc.atomic import move_into_place
 from seqenc.data.batches import Batch
 from seqenc.export.scratch import Scratch
-from seqenc.outputs import embedding_type, with_embeddings
+from seqenc.model.head import SupervisedHead
+from seqenc.outputs import embedding_type, prediction_fields, with_embeddings, with_predictions
 
 
-def output_schema(entity_type: pa.DataType, dim: int, metadata: dict[str, str]) -> pa.Schema:
-    """The export's columns (see :mod:`seqenc.export`)."""
+def output_schema(
+    entity_type: pa.DataType,
+    dim: int,
+    metadata: dict[str, str],
+    head: SupervisedHead | None = None,
+) -> pa.Schema:
+    """The export's columns (see :mod:`seqenc.export`), a fine-tuned model's predictions last."""
     return pa.schema(
         [
             ("entity_id", entity_type),
             ("embedding", embedding_type(dim)),
             ("n_events", pa.int32()),
             ("last_event_time", pa.timestamp("us", tz="UTC")),
+            *prediction_fields(head),
         ],
         metadata=metadata,
     )
@@ -56,7 +64,10 @@ class ParquetPredictionWriter(BasePredictionWriter):
         self.shard_dir = self.scratch.path / "output"
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         dim = int(self.metadata["seqenc.dim"])
-        self.schema = output_schema(trainer.datamodule.entity_type, dim, self.metadata)
+        # predictions read the native embedding: none when the export writes a parent's space
+        head = pl_module.encoder.head if pl_module.to_parent is None else None
+        self.head = None if head is None else copy.deepcopy(head).cpu().eval()
+        self.schema = output_schema(trainer.datamodule.entity_type, dim, self.metadata, self.head)
         self._writer = pq.ParquetWriter(
             self.shard_dir / f"part-{self.rank:05d}.parquet", self.schema
         )
@@ -78,7 +89,9 @@ class ParquetPredictionWriter(BasePredictionWriter):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        table = with_embeddings(batch[1], prediction.cpu().numpy()).cast(self.schema)
+        embeddings = prediction.cpu().numpy()
+        table = with_embeddings(batch[1], embeddings)
+        table = with_predictions(table, self.head, embeddings).cast(self.schema)
         self._buffer.append(table)
         self.n_rows += table.num_rows
         self._bar.update(table.num_rows)

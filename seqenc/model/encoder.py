@@ -19,6 +19,7 @@ from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
+from seqenc.model.head import SupervisedHead
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
 from seqenc.model.ranking import NextItemScorer
@@ -266,6 +267,9 @@ class SequenceEncoder(nn.Module):
             else None
         )
         init_weights(self, config.n_layers)
+        # A fine-tuned model's label head on the entity readout (seqenc.model.head); set by the
+        # training module or the bundle loader, saved with the encoder's weights.
+        self.head: SupervisedHead | None = None
 
     @property
     def item_embedding(self) -> nn.Embedding:

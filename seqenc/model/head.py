@@ -1,0 +1,76 @@
+"""The supervised head: an entity readout → a label's prediction (fine-tuning on a label table).
+
+Classification: one score per class, trained with cross-entropy, read out as probabilities.
+Regression: one number, trained on the standardised target (``center``, ``scale`` of the training
+labels) so the loss is well scaled whatever the label's unit, read out in the label's unit. The
+head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundle stores it in
+``config.json`` and the weights beside the encoder's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+TASKS = ("classification", "regression")
+
+
+class SupervisedHead(nn.Module):
+    """A layer norm and a linear map of the entity readout ``[B, d]`` to ``[B, k]`` class scores
+    (``k = len(classes)``) or ``[B, 1]`` a standardised number.
+
+    Args:
+        d_model: the readout's size.
+        task: ``"classification"`` or ``"regression"``.
+        classes: the class values in output order (JSON values); empty for regression.
+        center, scale: regression only: a prediction is ``output * scale + center``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        task: str,
+        classes: list[Any] | tuple[Any, ...] = (),
+        center: float = 0.0,
+        scale: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"head task must be one of {TASKS}, got {task!r}")
+        if (task == "classification") != (len(classes) >= 2):
+            raise ValueError(f"a {task} head needs {'two or more' if classes else 'no'} classes")
+        if not scale > 0:
+            raise ValueError(f"head scale must be positive, got {scale!r}")
+        self.task, self.classes = task, list(classes)
+        self.center, self.scale = float(center), float(scale)
+        self.norm = nn.LayerNorm(d_model)
+        self.linear = nn.Linear(d_model, len(classes) if classes else 1)
+
+    def forward(self, readout: Tensor) -> Tensor:
+        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers."""
+        return self.linear(self.norm(readout))
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """Cross-entropy against class codes, or squared error against standardised targets
+        (``targets`` as :func:`~seqenc.data.labels.read_labels` gives them)."""
+        if self.task == "classification":
+            return F.cross_entropy(outputs.float(), targets.long())
+        return F.mse_loss(outputs.float()[:, 0], targets.float())
+
+    def predict(self, outputs: Tensor) -> Tensor:
+        """``[B, k]`` class probabilities, or ``[B]`` numbers in the label's unit."""
+        if self.task == "classification":
+            return torch.softmax(outputs.float(), dim=-1)
+        return outputs.float()[:, 0] * self.scale + self.center
+
+    def describe(self) -> dict[str, Any]:
+        """The head's configuration as plain data (``SupervisedHead(d_model, **describe())``)."""
+        return {
+            "task": self.task,
+            "classes": self.classes,
+            "center": self.center,
+            "scale": self.scale,
+        }

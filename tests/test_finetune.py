@@ -1,0 +1,203 @@
+"""Supervised fine-tuning: ``seqenc fit --data.labels`` trains a label head on the entity readout,
+each sample read up to its label's ``as_of``; the bundle keeps the head and ``seqenc embed`` writes
+its predictions; the folds are the probe's."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from seqenc.bundle import load_bundle, save_bundle
+from seqenc.cli import main
+from seqenc.data.datamodule import LabelledDataset
+from seqenc.data.labels import labelled_view, read_labels
+from seqenc.data.sequences import build_sequences
+from seqenc.data.spec import DataSpec
+from seqenc.errors import SeqencError
+from seqenc.evaluate import cv_folds, prediction_scores, probe
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.head import SupervisedHead
+from tests.tiny import SCHEMA, tiny_events
+
+FIT = [
+    "--data.schema.categorical", "[event_type, channel]",
+    "--data.schema.numeric", "[amount]",
+    "--data.history_len", "32",
+    "--model.encoder.d_model", "32",
+    "--model.encoder.n_layers", "1",
+    "--trainer.enable_progress_bar", "false",
+    "--trainer.enable_model_summary", "false",
+]  # fmt: skip
+
+
+def fit(folder: Path, *args: str) -> Path:
+    """``seqenc fit`` in ``folder``; the bundle it reports."""
+    old = Path.cwd()
+    os.chdir(folder)
+    try:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["fit", "--data.path", "events.parquet", *FIT, *args])
+    finally:
+        os.chdir(old)
+    line = out.getvalue().strip().splitlines()[-1]
+    return folder / line.removeprefix("bundle: ")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    """A fine-tuned bundle on a synthetic log whose label is its latent account type."""
+    folder = tmp_path_factory.mktemp("finetune")
+    events = tiny_events(300)
+    events.drop(columns="account_type").to_parquet(folder / "events.parquet")
+    labels = events.groupby("entity_id", as_index=False)["account_type"].first()
+    labels.to_parquet(folder / "labels.parquet")
+    torch.manual_seed(0)
+    bundle = fit(
+        folder,
+        "--data.labels", "labels.parquet",
+        "--data.label_column", "account_type",
+        "--model.next_item_weight", "0",
+        "--trainer.max_epochs", "8",
+        "--seed_everything", "0",
+    )  # fmt: skip
+    return bundle, labels
+
+
+def test_the_bundle_keeps_the_head_and_embed_writes_its_predictions(tuned, tmp_path):
+    bundle, labels = tuned
+    head = json.loads((bundle / "config.json").read_text())["head"]
+    assert head["task"] == "classification" and head["classes"] == [0, 1, 2, 3]
+    encoder, meta, _ = load_bundle(bundle)
+    assert encoder.head is not None and meta.head == head
+    out = tmp_path / "emb.parquet"
+    main(["embed", "--model", str(bundle), "--events", str(bundle.parents[3] / "events.parquet"),
+          "--output", str(out), "--no-progress"])  # fmt: skip
+    table = pd.read_parquet(out).merge(labels, on="entity_id")
+    probabilities = np.stack(table["probabilities"].to_numpy())
+    assert np.allclose(probabilities.sum(1), 1.0, atol=1e-5)
+    assert (probabilities.argmax(1) == table["prediction"]).all()
+    # the label is a function of the events: the fine-tuned head recovers it
+    assert (table["prediction"] == table["account_type"]).mean() > 0.9
+
+
+def test_a_bundle_without_head_still_loads_and_writes_no_prediction(tmp_path):
+    events = tiny_events(20)
+    store, vocabs = build_sequences(events, SCHEMA)
+    spec = DataSpec(SCHEMA, vocabs, 16)
+    config = EncoderConfig(
+        d_model=16, n_heads=2, n_layers=1, n_items=spec.n_items, n_positions=17,
+        categorical_sizes=spec.categorical_sizes, n_numeric=1,
+    )  # fmt: skip
+    path = save_bundle(tmp_path / "b", SequenceEncoder(config), spec)
+    config_json = json.loads((path / "config.json").read_text())
+    del config_json["head"]  # as bundles written before heads existed
+    (path / "config.json").write_text(json.dumps(config_json))
+    encoder, meta, _ = load_bundle(path)
+    assert encoder.head is None and meta.head == {}
+
+
+def test_init_from_starts_from_the_bundles_encoder_weights(tuned, tmp_path):
+    bundle, labels = tuned
+    folder = bundle.parents[3]
+    events = pd.read_parquet(folder / "events.parquet")
+    events.to_parquet(tmp_path / "events.parquet")
+    labels.to_parquet(tmp_path / "labels.parquet")
+    again = fit(
+        tmp_path,
+        "--data.labels", "labels.parquet",
+        "--data.label_column", "account_type",
+        "--model.next_item_weight", "0",
+        "--model.init_from", str(bundle),
+        "--model.lr", "0",
+        "--trainer.max_epochs", "1",
+    )  # fmt: skip
+    start, tuned_again = load_bundle(bundle)[0], load_bundle(again)[0]
+    for name, value in start.state_dict().items():
+        if not name.startswith("head."):
+            assert torch.equal(value, tuned_again.state_dict()[name]), name
+
+
+def events_with_labels() -> tuple[pd.DataFrame, pd.DataFrame]:
+    events = tiny_events(30)
+    as_of = events.groupby("entity_id")["timestamp"].median().dt.floor("s").rename("as_of")
+    as_of = as_of.reset_index()
+    labels = as_of.assign(y=np.arange(len(as_of)) % 2)
+    return events, labels
+
+
+def test_as_of_hides_later_events():
+    """Changing or adding events after a label's as_of changes nothing the model reads."""
+    events, labels = events_with_labels()
+    cut = events["entity_id"].map(labels.set_index("entity_id")["as_of"])
+    later = (events["timestamp"] > cut).to_numpy()
+    assert later.any() and not later.all()
+    changed = events.copy()
+    changed.loc[later, "item_id"] = (changed.loc[later, "item_id"] + 7) % 40
+    changed.loc[later, "amount"] = -changed.loc[later, "amount"]
+    table = read_labels(labels, "entity_id", "y")
+    store, vocabs = build_sequences(events, SCHEMA)
+    other, _ = build_sequences(changed, SCHEMA, vocabs=vocabs)
+    spec = DataSpec(SCHEMA, vocabs, 64)
+    config = EncoderConfig(
+        d_model=16, n_heads=2, n_layers=1, n_items=spec.n_items, n_positions=65,
+        categorical_sizes=spec.categorical_sizes, n_numeric=1, dropout=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    encoder = SequenceEncoder(config).eval()
+    encoder.head = SupervisedHead(16, **table.spec)
+    outputs = []
+    for s in (store, other):
+        samples = labelled_view(s, table)
+        batch, targets = LabelledDataset(samples, 64)[np.arange(len(samples.view))]
+        with torch.no_grad():
+            outputs.append(encoder.head(encoder.entity_embedding(batch)))
+    assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+    newest = store.timestamps[labelled_view(store, table).view.ends - 1]
+    assert (newest <= labels["as_of"].map(lambda t: t.timestamp()).to_numpy()).all()
+
+
+def test_label_table_errors_are_one_line_and_missing_labels_are_dropped(caplog):
+    labels = pd.DataFrame({"entity_id": ["a", "b", "c"], "y": [1.0, np.nan, 0.0]})
+    table = read_labels(labels, "entity_id", "y")
+    assert len(table) == 2 and "1 of 3 rows have no 'y'" in caplog.text
+    with pytest.raises(SeqencError, match="no column 'account'"):
+        read_labels(labels, "account", "y")
+    with pytest.raises(SeqencError, match="duplicated row"):
+        read_labels(pd.concat([labels, labels]), "entity_id", "y")
+    with pytest.raises(SeqencError, match="single class"):
+        read_labels(labels.assign(y=1), "entity_id", "y")
+
+
+def test_regression_labels_are_standardised_and_predicted_in_their_unit():
+    labels = pd.DataFrame({"entity_id": ["a", "b", "c"], "y": [1.5, 2.5, 5.0]})
+    table = read_labels(labels, "entity_id", "y")
+    assert table.spec["task"] == "regression" and abs(table.target.mean()) < 1e-6
+    head = SupervisedHead(4, **table.spec)
+    with torch.no_grad():
+        head.linear.weight.zero_()
+        head.linear.bias.zero_()
+    assert head.predict(head(torch.zeros(2, 4))).tolist() == pytest.approx([3.0, 3.0])
+
+
+def test_cv_folds_are_the_probes_and_hold_each_row_out_once():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 200)
+    x = y[:, None] + rng.normal(size=(200, 2))
+    task, codes, _, splits = cv_folds(y)
+    held = np.concatenate([test for _, test in splits])
+    assert sorted(held) == list(range(200))
+    for train, test in splits:
+        assert not set(train) & set(test)
+    # perfect probabilities score 1 on every fold; the probe's own scores use the same folds
+    exact = np.eye(3)[codes]
+    assert prediction_scores(task, codes, exact)["accuracy"] == 1.0
+    assert probe(x, y).folds["accuracy"].shape == (len(splits),)
