@@ -16,7 +16,7 @@ The history of a sample is its whole input ``[start, end)``, not truncated to th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from seqenc.data.vocab import N_SPECIAL
 from seqenc.metrics import RankingMetrics
 
 BASELINES = ("popularity", "repeat")
+
+# Sums a tensor over the processes of a run whose entities are sharded (every process calls it).
+Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndarray:
@@ -89,6 +92,7 @@ def ranking_metrics(
     counts: np.ndarray,
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
+    reduce: Reduce | None = None,
 ) -> dict[str, float]:
     """The metrics of :class:`~seqenc.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
     one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``.
@@ -96,6 +100,7 @@ def ranking_metrics(
     ``counts``: training item counts (:func:`item_counts`). ``filter_seen``: the honest filter,
     every item of the sample's history is removed from the ranking, the target included, so a
     repeated target is a miss (repeat-recent then ranks like popularity over unseen items).
+    ``reduce``: the metrics of every process's targets, each process holding its own entities.
     """
     if method not in BASELINES:
         raise ValueError(f"unknown baseline {method!r}; known: {list(BASELINES)}")
@@ -103,9 +108,12 @@ def ranking_metrics(
         raise ValueError("the evaluation view has no targets (use the val or test split)")
     n_items = max(len(counts), int(eval_view.store.items.max(initial=0)) + 1)
     popularity = popularity_ranks(np.pad(counts, (0, n_items - len(counts))))
-    metrics = RankingMetrics(ks)
+    metrics = RankingMetrics(ks, sync_on_compute=False)  # summed by ``reduce`` only
     ranks = target_ranks(method, eval_view, popularity, filter_seen)
     metrics.update(None, ranks=torch.from_numpy(ranks))
+    if reduce is not None:
+        for name, value in metrics.metric_state.items():
+            setattr(metrics, name, reduce(value))
     values = metrics.compute()
     values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
     return {name: float(value) for name, value in values.items()}
@@ -126,20 +134,32 @@ def baseline_metrics(
     eval_view: SequenceView,
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
+    n_items: int | None = None,
+    reduce: Reduce | None = None,
 ) -> dict[str, float]:
     """Both baselines on ``eval_view`` with popularity from ``train_view``, and the repeat share.
 
     Keys: ``popularity/<metric>`` and ``repeat/<metric>`` for every metric of
-    :class:`~seqenc.metrics.RankingMetrics`, ``n_repeat_targets`` (targets already in their
-    history) and ``share_repeat_targets`` (their share of all targets).
+    :class:`~seqenc.metrics.RankingMetrics`, ``n_targets``, ``n_repeat_targets`` (targets already
+    in their history) and ``share_repeat_targets`` (their share of all targets).
+
+    ``reduce`` (with ``n_items``, the vocabulary's size, so every process counts as many items):
+    each process holds its own entities, and the popularity counts, the metrics and the repeat
+    share are those of all of them (every process must call this).
     """
-    counts = item_counts(train_view)
+    counts = item_counts(train_view, n_items)
+    if reduce is not None:
+        counts = reduce(torch.from_numpy(counts)).numpy()
     out = {
         f"{method}/{name}": value
         for method in BASELINES
-        for name, value in ranking_metrics(method, eval_view, counts, ks, filter_seen).items()
+        for name, value in ranking_metrics(
+            method, eval_view, counts, ks, filter_seen, reduce
+        ).items()
     }
-    repeats = repeat_targets(eval_view)
-    out["n_repeat_targets"] = float(repeats.sum())
-    out["share_repeat_targets"] = float(repeats.mean()) if len(repeats) else 0.0
+    repeats = torch.tensor([int(repeat_targets(eval_view).sum()), len(eval_view)])
+    n_repeats, n_targets = (reduce(repeats) if reduce is not None else repeats).tolist()
+    out["n_targets"] = float(n_targets)
+    out["n_repeat_targets"] = float(n_repeats)
+    out["share_repeat_targets"] = n_repeats / n_targets if n_targets else 0.0
     return out

@@ -8,17 +8,21 @@ from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.batches import Batch, collate
 from seqenc.data.bounds import PerColumn, VocabBounds
+from seqenc.data.events import Events, read_events
+from seqenc.data.hashing import Shard
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
     SequenceStore,
     build_sequences,
+    fit_catalogue,
     repeat_share,
     require_trainable,
 )
@@ -85,6 +89,14 @@ class SequenceDataModule(pl.LightningDataModule):
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
+        shard_entities: in a run of several processes (DDP), each reads the events of its own
+            entities only, those whose stable hash modulo the number of processes is its rank
+            (:class:`~seqenc.data.hashing.Shard`), so it holds its share of the log; it trains,
+            validates and tests on them, and the metrics are summed over the processes. The
+            vocabularies and the repeat share stay those of the whole log: every process first
+            reads the log's id columns (:func:`~seqenc.data.sequences.fit_catalogue`). With
+            ``eval_entities`` each process draws its share of them from its own. ``False`` (the
+            default): every process reads the whole log and takes its share of the batches.
     """
 
     def __init__(
@@ -106,6 +118,7 @@ class SequenceDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         eval_entities: int | None = None,
         seed: int | None = None,
+        shard_entities: bool = False,
     ) -> None:
         super().__init__()
         if schema is not None and format != "events":
@@ -124,6 +137,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if eval_entities is not None and eval_entities < 1:
             raise SeqencError(f"data.eval_entities must be >= 1 or null, got {eval_entities}")
         self.eval_entities = eval_entities
+        self.shard_entities = shard_entities
         self._restored_vocabs: Vocabularies | None = None
 
     @cached_property
@@ -133,29 +147,55 @@ class SequenceDataModule(pl.LightningDataModule):
         events = load_dataset(self.path, self.format)
         return events, EventSchema(timestamp="timestamp" if "timestamp" in events.columns else None)
 
+    @property
+    def shard(self) -> Shard | None:
+        """The entities this process reads with ``shard_entities`` (its rank among the trainer's
+        processes; every entity without a trainer), else ``None``."""
+        if not self.shard_entities:
+            return None
+        trainer = self.trainer
+        return Shard(trainer.global_rank, trainer.world_size) if trainer else Shard(0, 1)
+
+    @cached_property
+    def _catalogue(self) -> tuple[Vocabularies, float]:
+        """The whole log's vocabularies and repeat share, from its id columns (``shard_entities``)."""
+        events, schema = self._events
+        return fit_catalogue(events, schema, self.bounds, self._restored_vocabs)
+
     @cached_property
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self._events
-        return build_sequences(
-            events, schema, keep_newest=None, vocabs=self._restored_vocabs, bounds=self.bounds
-        )
+        vocabs, shard = self._restored_vocabs, self.shard
+        if shard is not None:
+            events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
+        built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
+        if shard is not None:
+            rank_zero_info(
+                f"data.shard_entities: each of {shard.world_size} processes reads its entities "
+                f"(process 0: {len(built[0]):,} entities, {built[0].n_events:,} events)"
+            )
+        return built
 
     @property
     def store(self) -> SequenceStore:
+        """This process's histories: every entity's, or with ``shard_entities`` its shard's."""
         return self._built[0]
 
     @property
     def vocabs(self) -> Vocabularies:
-        return self._built[1]
+        return self._catalogue[0] if self.shard_entities else self._built[1]
 
     @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
         """(train, val, test) leave-one-out views."""
         require_trainable(self.store, self.min_len)
         train, val, test = leave_one_out(self.store, min_len=self.min_len)
-        if self.eval_entities is None or self.eval_entities >= len(test):
+        wanted = self.eval_entities
+        if wanted is not None and self.shard is not None:  # this process's share
+            wanted = -(-wanted // self.shard.world_size)
+        if wanted is None or wanted >= len(test):
             return train, val, test
-        rows = np.random.default_rng(0).choice(test.rows, self.eval_entities, replace=False)
+        rows = np.random.default_rng(0).choice(test.rows, wanted, replace=False)
         rank_zero_info(f"evaluating {len(rows):,} of {len(test):,} entities (data.eval_entities)")
         return train, entity_subset(val, rows), entity_subset(test, rows)
 
@@ -163,7 +203,8 @@ class SequenceDataModule(pl.LightningDataModule):
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model); built
         once, as every checkpoint saves it."""
-        return DataSpec(self._events[1], self.vocabs, self.history_len, repeat_share(self.store))
+        share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
+        return DataSpec(self._events[1], self.vocabs, self.history_len, share)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -174,7 +215,7 @@ class SequenceDataModule(pl.LightningDataModule):
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
             self._restored_vocabs = vocabs
-            for name in ("_built", "splits", "spec"):
+            for name in ("_built", "_catalogue", "splits", "spec"):
                 self.__dict__.pop(name, None)
 
     @property
@@ -191,16 +232,20 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
         trainer = self.trainer
+        # each process batches its own entities when they are sharded, else its share of all
+        split = trainer is not None and self.shard is None
         sampler = BucketBatchSampler(
             view.lengths,
             self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             seed=self.batch_seed,
             bucket_factor=self.bucket_factor,
-            rank=trainer.global_rank if trainer else 0,
-            world_size=trainer.world_size if trainer else 1,
+            rank=trainer.global_rank if split else 0,
+            world_size=trainer.world_size if split else 1,
             even_shards=train,
         )
+        if train and self.shard is not None:
+            sampler.max_batches = self._fewest(len(sampler))
         return DataLoader(
             ViewDataset(view, self.window_len if train else self.history_len, with_seen),
             sampler=sampler,
@@ -208,6 +253,15 @@ class SequenceDataModule(pl.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+
+    def _fewest(self, n: int) -> int:
+        """The smallest ``n`` of all processes of the run: sharded processes hold different
+        numbers of samples, yet DDP needs as many steps from each."""
+        if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+            return n
+        value = torch.tensor(n, device=self.trainer.strategy.root_device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
+        return int(value)
 
     def train_dataloader(self) -> DataLoader:
         train = self.splits[0]
