@@ -68,9 +68,10 @@ class WriteBundle(Callback):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.checkpoint = kept_checkpoint(trainer)  # every process tests from it after fit
+        # log_dir is a collective under DDP (broadcast from the first process): every process asks
+        output = Path(trainer.log_dir or ".") / "bundle"
         if not trainer.is_global_zero:
             return
-        output = Path(trainer.log_dir or ".") / "bundle"
         logger = trainer.logger
         name = f"{logger.name}-{logger.version}" if logger else None
         if self.checkpoint:
