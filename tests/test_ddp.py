@@ -6,8 +6,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from tiny import SCHEMA, tiny_events
 
@@ -54,6 +56,16 @@ def test_catalogue_is_the_whole_logs(parts):
     assert catalogue == vocabs and len(vocabs.item.values) == 20
     assert share == repeat_share(store)
     assert isinstance(catalogue, Vocabularies)
+
+
+def test_datamodule_reads_its_shard_once_it_knows_its_rank(parts):
+    data = SequenceDataModule(str(parts), shard_entities=True, **DATA)
+    everyone = set(data.store.entity_ids.to_pylist())  # no trainer yet: every entity
+    data.trainer = SimpleNamespace(global_rank=1, world_size=2)
+    mine = set(data.store.entity_ids.to_pylist())
+    keeps = Shard(1, 2).keeps(pa.array(sorted(everyone)))
+    assert mine == {e for e, kept in zip(sorted(everyone), keeps, strict=True) if kept}
+    assert data.spec == SequenceDataModule(str(parts), **DATA).spec
 
 
 def test_max_batches_caps_an_epoch():

@@ -139,6 +139,7 @@ class SequenceDataModule(pl.LightningDataModule):
         self.eval_entities = eval_entities
         self.shard_entities = shard_entities
         self._restored_vocabs: Vocabularies | None = None
+        self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
     def _events(self) -> tuple[Any, EventSchema]:
@@ -169,6 +170,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if shard is not None:
             events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
+        self._built_shard = shard
         if shard is not None:
             rank_zero_info(
                 f"data.shard_entities: each of {shard.world_size} processes reads its entities "
@@ -178,8 +180,16 @@ class SequenceDataModule(pl.LightningDataModule):
 
     @property
     def store(self) -> SequenceStore:
-        """This process's histories: every entity's, or with ``shard_entities`` its shard's."""
+        """This process's histories: every entity's, or with ``shard_entities`` its shard's (read
+        again if the process's rank changed since, e.g. read before the trainer was attached)."""
+        if "_built" in self.__dict__ and self._built_shard != self.shard:
+            self._forget(("_built", "splits"))
         return self._built[0]
+
+    def _forget(self, names: tuple[str, ...]) -> None:
+        """Drop these cached properties: the next access computes them again."""
+        for name in names:
+            self.__dict__.pop(name, None)
 
     @property
     def vocabs(self) -> Vocabularies:
@@ -215,8 +225,7 @@ class SequenceDataModule(pl.LightningDataModule):
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
             self._restored_vocabs = vocabs
-            for name in ("_built", "_catalogue", "splits", "spec"):
-                self.__dict__.pop(name, None)
+            self._forget(("_built", "_catalogue", "splits", "spec"))
 
     @property
     def window_len(self) -> int:
