@@ -1,6 +1,7 @@
 """Training split by entity over processes against one process, on the bundled sample.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_ddp.py [--seeds 0 1 2] [--epochs 4] [--parts 4]
+        [--processes 1 2]
 
 The sample (``datasets/sample/events.parquet``) is written as a partitioned Parquet directory
 (``--parts`` files, each holding events of every entity, as an export by time would). Each seed
@@ -87,12 +88,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_ddp")
     args = parser.parse_args()
     data = write_parts(args.work / "sample-parts", args.parts)
     rows = []
     for seed in args.seeds:
-        for processes in (1, 2):
+        for processes in args.processes:
             ndcg, seconds = fit(data, args.work, seed, processes, args.epochs)
             rows.append({"processes": processes, "seed": seed, "ndcg": ndcg, "s": seconds})
             print(f"processes {processes} seed {seed}: test NDCG@10 {ndcg:.4f} ({seconds:.0f} s)")
@@ -102,7 +104,8 @@ def main() -> None:
         "# Two processes (DDP, entities sharded) against one",
         "",
         f"`python benchmarks/bench_ddp.py --seeds {' '.join(map(str, args.seeds))} "
-        f"--epochs {args.epochs} --parts {args.parts}` on the bundled sample.",
+        f"--epochs {args.epochs} --parts {args.parts} --processes "
+        f"{' '.join(map(str, args.processes))}` on the bundled sample.",
         "",
     ]
     (ROOT / "benchmarks" / "results" / "ddp.md").write_text("\n".join(header + lines) + "\n")
