@@ -68,9 +68,12 @@ def test_datamodule_reads_its_shard_once_it_knows_its_rank(parts):
     assert data.spec == SequenceDataModule(str(parts), **DATA).spec
 
 
-def test_max_batches_caps_an_epoch():
-    sampler = BucketBatchSampler(np.full(100, 5), 10, shuffle=True, max_batches=4)
-    assert len(sampler) == 4 and len(list(sampler)) == 4
+def test_epoch_batches_cycles_a_short_shard():
+    sampler = BucketBatchSampler(np.full(100, 5), 10, shuffle=True, epoch_batches=13)
+    batches = list(sampler)
+    assert len(sampler) == len(batches) == 13
+    assert sorted(np.concatenate(batches[:10]).tolist()) == list(range(100))  # all, then again
+    assert [b.tolist() for b in batches[10:]] == [b.tolist() for b in batches[:3]]
 
 
 def test_fit_on_two_processes(parts, tmp_path):

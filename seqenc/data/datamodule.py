@@ -254,7 +254,7 @@ class SequenceDataModule(pl.LightningDataModule):
             even_shards=train,
         )
         if train and self.shard is not None:
-            sampler.max_batches = self._fewest(len(sampler))
+            sampler.epoch_batches = self._most(len(sampler))
         return DataLoader(
             ViewDataset(view, self.window_len if train else self.history_len, with_seen),
             sampler=sampler,
@@ -263,13 +263,13 @@ class SequenceDataModule(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
         )
 
-    def _fewest(self, n: int) -> int:
-        """The smallest ``n`` of all processes of the run: sharded processes hold different
+    def _most(self, n: int) -> int:
+        """The largest ``n`` of all processes of the run: sharded processes hold different
         numbers of samples, yet DDP needs as many steps from each."""
         if not torch.distributed.is_available() or not torch.distributed.is_initialized():
             return n
         value = torch.tensor(n, device=self.trainer.strategy.root_device)
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
         return int(value)
 
     def train_dataloader(self) -> DataLoader:
