@@ -15,7 +15,7 @@ under the basket protocol the three rank the target basket with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from seqenc.metrics import BasketMetrics, RankingMetrics
 BASELINES = ("popularity", "repeat")
 BASKET_BASELINES = ("popularity", "topfreq", "repeat")
 _BLOCK_CELLS = 1 << 22  # basket protocol: samples x items per dense score block (float64)
+
+# Sums a tensor over the processes of a run whose entities are sharded (every process calls it).
+Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 def item_counts(train_view: SequenceView, n_items: int | None = None) -> np.ndarray:
@@ -124,6 +127,7 @@ def ranking_metrics(
     counts: np.ndarray,
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
+    reduce: Reduce | None = None,
 ) -> dict[str, float]:
     """The metrics of :class:`~seqenc.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
     one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``; with target
@@ -132,6 +136,7 @@ def ranking_metrics(
     ``counts``: training item counts (:func:`item_counts`). ``filter_seen``: the honest filter,
     every item of the sample's history is removed from the ranking, the target included, so a
     repeated target is a miss (repeat-recent then ranks like popularity over unseen items).
+    ``reduce``: the metrics of every process's targets, each process holding its own entities.
     """
     known = baseline_names(eval_view)
     if method not in known:
@@ -144,9 +149,12 @@ def ranking_metrics(
     if baskets:
         metrics = _basket_metrics(method, eval_view, counts, ks, filter_seen)
     else:  # one rank per target from its history's distinct items: no score per item
-        metrics = RankingMetrics(ks)
+        metrics = RankingMetrics(ks, sync_on_compute=False)  # summed by ``reduce`` only
         ranks = target_ranks(method, eval_view, popularity_ranks(counts), filter_seen)
         metrics.update(None, ranks=torch.from_numpy(ranks))
+    if reduce is not None:
+        for name, value in metrics.metric_state.items():
+            setattr(metrics, name, reduce(value))
     values = metrics.compute()
     if not baskets:
         values.pop("repeat_targets")  # see baseline_metrics' share_repeat_targets
@@ -158,7 +166,7 @@ def _basket_metrics(
 ) -> BasketMetrics:
     """:class:`~seqenc.metrics.BasketMetrics` of one baseline, scored a block of samples at a time."""
     popularity = popularity_scores(counts)
-    metrics = BasketMetrics(ks)
+    metrics = BasketMetrics(ks, sync_on_compute=False)  # summed by ``reduce`` only
     block = max(1, _BLOCK_CELLS // len(counts))
     for begin in range(0, len(view), block):
         idx = np.arange(begin, min(begin + block, len(view)))
@@ -196,6 +204,8 @@ def baseline_metrics(
     eval_view: SequenceView,
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
+    n_items: int | None = None,
+    reduce: Reduce | None = None,
 ) -> dict[str, float]:
     """The baselines of ``eval_view`` (:func:`baseline_names`) with popularity from
     ``train_view``, and the repeat share.
@@ -206,17 +216,29 @@ def baseline_metrics(
     ``<baseline>/<metric>`` for the three baselines and every metric of
     :class:`~seqenc.metrics.BasketMetrics`, and ``share_repeat_targets`` (the mean share of a
     basket's items already in its history).
+
+    ``reduce`` (with ``n_items``, the vocabulary's size, so every process counts as many items):
+    each process holds its own entities, and the popularity counts, the metrics and the repeat
+    share are those of all of them (every process must call this).
     """
-    counts = item_counts(train_view)
+    counts = item_counts(train_view, n_items)
+    if reduce is not None:
+        counts = reduce(torch.from_numpy(counts)).numpy()
     out = {
         f"{method}/{name}": value
         for method in baseline_names(eval_view)
-        for name, value in ranking_metrics(method, eval_view, counts, ks, filter_seen).items()
+        for name, value in ranking_metrics(
+            method, eval_view, counts, ks, filter_seen, reduce
+        ).items()
     }
+    size = torch.tensor([len(eval_view)])
     if eval_view.target_ends is not None:
         shares = [out.pop(f"{m}/repeat_targets") for m in baseline_names(eval_view)]
-        return out | {"share_repeat_targets": shares[0]}
-    repeats = repeat_targets(eval_view)
-    out["n_repeat_targets"] = float(repeats.sum())
-    out["share_repeat_targets"] = float(repeats.mean()) if len(repeats) else 0.0
+        n_targets = (reduce(size) if reduce is not None else size).item()
+        return out | {"share_repeat_targets": shares[0], "n_targets": float(n_targets)}
+    repeats = torch.tensor([int(repeat_targets(eval_view).sum()), len(eval_view)])
+    n_repeats, n_targets = (reduce(repeats) if reduce is not None else repeats).tolist()
+    out["n_targets"] = float(n_targets)
+    out["n_repeat_targets"] = float(n_repeats)
+    out["share_repeat_targets"] = n_repeats / n_targets if n_targets else 0.0
     return out

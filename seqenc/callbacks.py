@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Literal
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
-from seqenc.baselines import baseline_metrics, baseline_names
+from seqenc.baselines import Reduce, baseline_metrics, baseline_names
 from seqenc.bundle import save_bundle
 from seqenc.checkpoint import bundle_from_checkpoint
 
@@ -60,18 +61,19 @@ class ConfiguredEarlyStopping(EarlyStopping):
 class WriteBundle(Callback):
     """At the end of ``fit``, write the model bundle to ``<log_dir>/bundle``: from the checkpoint
     early stopping keeps (``keep``: the best validation one by default, else the last epoch's) when
-    one was saved, else from the live model. ``path`` is where it went, ``checkpoint`` where from
-    (the one tested after ``fit``)."""
+    one was saved, else from the live model. ``path`` is where it went (the first process writes
+    it), ``checkpoint`` where from (the one every process tests after ``fit``)."""
 
     def __init__(self) -> None:
         self.path: Path | None = None
         self.checkpoint = ""
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.checkpoint = kept_checkpoint(trainer)  # every process tests from it after fit
+        # log_dir is a collective under DDP (broadcast from the first process): every process asks
+        output = Path(trainer.log_dir or ".") / "bundle"
         if not trainer.is_global_zero:
             return
-        self.checkpoint = kept_checkpoint(trainer)
-        output = Path(trainer.log_dir or ".") / "bundle"
         logger = trainer.logger
         name = f"{logger.name}-{logger.version}" if logger else None
         if self.checkpoint:
@@ -99,32 +101,64 @@ class Baselines(Callback):
     """After ``test``, the trivial baselines on the same split and metrics: popularity and
     "repeat the most recent distinct items", and under the basket protocol "the entity's most
     frequent items" (:mod:`seqenc.baselines`), printed beside the model's
-    figures and logged as ``baseline/<name>/<metric>``, with the share of repeated targets."""
+    figures and logged as ``baseline/<name>/<metric>``, with the share of repeated targets.
+
+    When every process reads the whole log, the first computes them alone; when each holds its
+    own entities (``data.shard_entities``), each computes on its own and the sums are reduced,
+    so the figures are those of every entity, as the model's are."""
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
-        if datamodule is None or not trainer.is_global_zero or pl_module.encoder.head is not None:
+        sharded = trainer.world_size > 1 and getattr(datamodule, "shard_entities", False)
+        if datamodule is None or not (sharded or trainer.is_global_zero):
+            return
+        if pl_module.encoder.head is not None:
             return  # no next-event test to compare with (a label head's fit tests its labels)
         train, _, test = datamodule.splits
-        values = baseline_metrics(train, test, pl_module.hparams.ks, pl_module.filter_seen)
-        model = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
-        names = [k for k in model if k != "test/repeat_targets"]
-        rows = [("model", [model[k] for k in names])] + [
-            (f"baseline/{b}", [values[f"{b}/{k.removeprefix('test/')}"] for k in names])
-            for b in baseline_names(test)
-        ]
-        width = max(len(k) for k in names)
-        kind = "targets" if test.target_ends is None else "target baskets (items)"
-        print(
-            f"test split: {len(test)} {kind}, {values['share_repeat_targets']:.1%} repeat an "
-            f"item of their history; seen items {'filtered' if pl_module.filter_seen else 'kept'}"
+        values = baseline_metrics(
+            train,
+            test,
+            pl_module.hparams.ks,
+            pl_module.filter_seen,
+            n_items=pl_module.spec.n_items,
+            reduce=_summed_over(trainer) if sharded else None,
         )
-        print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))
-        for label, numbers in rows:
-            print(f"{label:<20}" + "".join(f"{v:>{width}.4f}" for v in numbers))
-        half = trainer.callback_metrics
-        if f"test_ci95/{names[0].removeprefix('test/')}" in half:
-            cells = [float(half[f"test_ci95/{k.removeprefix('test/')}"]) for k in names]
-            print(f"{'±, 0.95 interval':<20}" + "".join(f"{v:>{width}.4f}" for v in cells))
-        for logger in trainer.loggers:
-            logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})
+        if trainer.is_global_zero:
+            _report(trainer, values, pl_module.filter_seen, baseline_names(test))
+            for logger in trainer.loggers:
+                logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})
+
+
+def _summed_over(trainer: pl.Trainer) -> Reduce:
+    """A tensor summed over the run's processes (on the device their collectives use)."""
+    strategy = trainer.strategy
+
+    def reduce(value: torch.Tensor) -> torch.Tensor:
+        return strategy.reduce(value.to(strategy.root_device), reduce_op="sum").cpu()
+
+    return reduce
+
+
+def _report(
+    trainer: pl.Trainer, values: dict[str, float], filter_seen: bool, baselines: tuple[str, ...]
+) -> None:
+    """Print the model's test figures, the baselines' below them and the model's intervals."""
+    model = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    names = [k for k in model if k != "test/repeat_targets"]
+    rows = [("model", [model[k] for k in names])] + [
+        (f"baseline/{b}", [values[f"{b}/{k.removeprefix('test/')}"] for k in names])
+        for b in baselines
+    ]
+    width = max(len(k) for k in names)
+    kind = "target baskets (items)" if "topfreq" in baselines else "targets"
+    print(
+        f"test split: {int(values['n_targets'])} {kind}, {values['share_repeat_targets']:.1%} "
+        f"repeat an item of their history; seen items {'filtered' if filter_seen else 'kept'}"
+    )
+    print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))
+    for label, numbers in rows:
+        print(f"{label:<20}" + "".join(f"{v:>{width}.4f}" for v in numbers))
+    half = trainer.callback_metrics
+    if f"test_ci95/{names[0].removeprefix('test/')}" in half:
+        cells = [float(half[f"test_ci95/{k.removeprefix('test/')}"]) for k in names]
+        print(f"{'±, 0.95 interval':<20}" + "".join(f"{v:>{width}.4f}" for v in cells))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torchmetrics import Metric
@@ -29,8 +30,8 @@ class RankingMetrics(Metric):
     full_state_update = False
     higher_is_better = True
 
-    def __init__(self, ks: Sequence[int] = (10, 20)) -> None:
-        super().__init__()
+    def __init__(self, ks: Sequence[int] = (10, 20), **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # torchmetrics' options, e.g. sync_on_compute
         self.ks = tuple(ks)
         self.hit_ks = tuple(sorted({1, *self.ks}))
         self.names = [f"hr@{k}" for k in self.hit_ks] + [f"ndcg@{k}" for k in self.ks] + ["mrr"]
@@ -80,13 +81,15 @@ class RankingMetrics(Metric):
 
     def half_widths(self) -> dict[str, float]:
         """Half-width of each metric's confidence interval at the 0.95 level over the evaluated targets
-        (normal approximation of a mean: 1.96 standard errors)."""
-        n = max(int(self.count), 1)
-        out = {}
-        for name in self.names:
-            mean = float(getattr(self, f"sum_{name}")) / n
-            variance = max(float(getattr(self, f"sq_{name}")) / n - mean**2, 0.0)
-            out[name] = 1.96 * math.sqrt(variance / max(n - 1, 1))
+        (normal approximation of a mean: 1.96 standard errors). Under DDP the states are summed
+        over the processes first, as :meth:`compute` does, so every process must call it."""
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self.sync_on_compute):
+            n = max(int(self.count), 1)
+            out = {}
+            for name in self.names:
+                mean = float(getattr(self, f"sum_{name}")) / n
+                variance = max(float(getattr(self, f"sq_{name}")) / n - mean**2, 0.0)
+                out[name] = 1.96 * math.sqrt(variance / max(n - 1, 1))
         return out
 
 
@@ -123,8 +126,8 @@ class BasketMetrics(Metric):
     full_state_update = False
     higher_is_better = True
 
-    def __init__(self, ks: Sequence[int] = (10, 20)) -> None:
-        super().__init__()
+    def __init__(self, ks: Sequence[int] = (10, 20), **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # torchmetrics' options, e.g. sync_on_compute
         self.ks = tuple(ks)
         names = ["hr_1", "repeat_targets", "n_rep", "n_new"]
         names += [

@@ -304,10 +304,15 @@ class SeqencModule(pl.LightningModule):
         self.log(f"{stage}/score", -loss, batch_size=len(batch), prog_bar=stage == "val")
 
     def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
+        # Both are of every process's targets already (summed states); sync_dist averages equal
+        # values, which keeps them, and is what Lightning asks of a distributed epoch figure.
         values = metrics.compute()
-        self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val")
-        if stage == "test":  # the test figure's sampling error, printed beside the baselines
-            self.log_dict({f"test_ci95/{k}": v for k, v in metrics.half_widths().items()})
+        self.log_dict(
+            {f"{stage}/{k}": v for k, v in values.items()}, prog_bar=stage == "val", sync_dist=True
+        )
+        if stage == "test" and isinstance(metrics, RankingMetrics):  # printed beside baselines
+            half_widths = metrics.half_widths()
+            self.log_dict({f"test_ci95/{k}": v for k, v in half_widths.items()}, sync_dist=True)
         metrics.reset()
 
     def on_validation_epoch_end(self) -> None:

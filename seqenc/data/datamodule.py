@@ -16,6 +16,8 @@ from torch.utils.data import DataLoader, Dataset
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
 from seqenc.data.batches import Batch, collate
 from seqenc.data.bounds import PerColumn, VocabBounds
+from seqenc.data.events import Events, read_events
+from seqenc.data.hashing import Shard
 from seqenc.data.labels import LabelledView, Labels, LabelTask, labelled_view, read_labels, subset
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
@@ -23,6 +25,7 @@ from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
     SequenceStore,
     build_sequences,
+    fit_catalogue,
     repeat_share,
     require_trainable,
 )
@@ -107,10 +110,8 @@ class SequenceDataModule(pl.LightningDataModule):
         bucket_factor: batches per length-sorted mega-batch (see
             :class:`~seqenc.data.sampling.BucketBatchSampler`).
         num_workers: DataLoader worker processes.
-        eval_entities: evaluate (validation and test) on this many entities drawn at random,
-            the same ones in every run on the same log (a fixed draw, not the run's seed), instead
-            of all: for logs with very many entities. The test prints each metric's confidence
-            interval (0.95 level) beside it. ``None`` (the default): every entity.
+        eval_entities: validate and test on this many entities (a fixed random draw, the same in
+            every run on the log) instead of all; ``None`` (the default): every entity.
         baskets: the basket protocol (:mod:`seqenc.data.baskets`): an entity's events that share a
             time are a set, the test target the newest basket, the validation target the one
             before, and the model trains without the order inside a basket. ``None`` (the
@@ -129,6 +130,14 @@ class SequenceDataModule(pl.LightningDataModule):
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
             the seed of ``seed_everything`` (``PL_GLOBAL_SEED``, the same on every DDP rank), so
             a seed sweep varies the batch order as well as the initialisation; 0 without one.
+        shard_entities: in a run of several processes (DDP), each reads the events of its own
+            entities only, those whose stable hash modulo the number of processes is its rank
+            (:class:`~seqenc.data.hashing.Shard`), so it holds its share of the log; it trains,
+            validates and tests on them, and the metrics are summed over the processes. The
+            vocabularies and the repeat share stay those of the whole log: every process first
+            reads the log's id columns (:func:`~seqenc.data.sequences.fit_catalogue`). With
+            ``eval_entities`` each process draws its share of them from its own. ``False`` (the
+            default): every process reads the whole log and takes its share of the batches.
     """
 
     def __init__(
@@ -157,6 +166,7 @@ class SequenceDataModule(pl.LightningDataModule):
         label_task: LabelTask = "auto",
         val_share: float = 0.1,
         vocabs_from: str | None = None,
+        shard_entities: bool = False,
     ) -> None:
         super().__init__()
         if schema is not None and format != "events":
@@ -183,6 +193,8 @@ class SequenceDataModule(pl.LightningDataModule):
         self.labels, self.label_column, self.as_of_column = labels, label_column, as_of_column
         self.label_task, self.val_share = label_task, val_share
         self._restored_vocabs = None if vocabs_from is None else read_vocabs(vocabs_from)
+        self.shard_entities = shard_entities
+        self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
     def _events(self) -> tuple[Any, EventSchema]:
@@ -191,20 +203,51 @@ class SequenceDataModule(pl.LightningDataModule):
         events = load_dataset(self.path, self.format)
         return events, EventSchema(timestamp="timestamp" if "timestamp" in events.columns else None)
 
+    @property
+    def shard(self) -> Shard | None:
+        """The entities this process reads with ``shard_entities`` (by its rank), else ``None``."""
+        if not self.shard_entities:
+            return None
+        trainer = self.trainer
+        return Shard(trainer.global_rank, trainer.world_size) if trainer else Shard(0, 1)
+
+    @cached_property
+    def _catalogue(self) -> tuple[Vocabularies, float]:
+        """The whole log's vocabularies and repeat share, from its id columns (``shard_entities``)."""
+        events, schema = self._events
+        return fit_catalogue(events, schema, self.bounds, self._restored_vocabs)
+
     @cached_property
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self._events
-        return build_sequences(
-            events, schema, keep_newest=None, vocabs=self._restored_vocabs, bounds=self.bounds
-        )
+        vocabs, shard = self._restored_vocabs, self.shard
+        if shard is not None:
+            events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
+        built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
+        self._built_shard = shard
+        if shard is not None:
+            rank_zero_info(
+                f"data.shard_entities: each of {shard.world_size} processes reads its entities "
+                f"(process 0: {len(built[0]):,} entities, {built[0].n_events:,} events)"
+            )
+        return built
 
     @property
     def store(self) -> SequenceStore:
+        """This process's histories: every entity's, or with ``shard_entities`` its shard's (read
+        again if the process's rank changed since, e.g. read before the trainer was attached)."""
+        if "_built" in self.__dict__ and self._built_shard != self.shard:
+            self._forget(("_built", "splits"))
         return self._built[0]
+
+    def _forget(self, names: tuple[str, ...]) -> None:
+        """Drop these cached properties: the next access computes them again."""
+        for name in names:
+            self.__dict__.pop(name, None)
 
     @property
     def vocabs(self) -> Vocabularies:
-        return self._built[1]
+        return self._catalogue[0] if self.shard_entities else self._built[1]
 
     @cached_property
     def basket_protocol(self) -> bool:
@@ -215,27 +258,29 @@ class SequenceDataModule(pl.LightningDataModule):
 
     @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
-        """(train, val, test) leave-one-out views: of events, or of baskets under the basket
-        protocol."""
+        """(train, val, test) leave-one-out views: of events, or of baskets (basket protocol)."""
         require_trainable(self.store, self.min_len)
         split = leave_one_basket_out if self.basket_protocol else leave_one_out
         train, val, test = split(self.store, min_len=self.min_len)
-        if self.eval_entities is None or self.eval_entities >= len(test):
+        wanted = self.eval_entities
+        if wanted is not None and self.shard is not None:  # this process's share
+            wanted = -(-wanted // self.shard.world_size)
+        if wanted is None or wanted >= len(test):
             return train, val, test
-        rows = np.random.default_rng(0).choice(test.rows, self.eval_entities, replace=False)
+        rows = np.random.default_rng(0).choice(test.rows, wanted, replace=False)
         rank_zero_info(f"evaluating {len(rows):,} of {len(test):,} entities (data.eval_entities)")
         return train, entity_subset(val, rows), entity_subset(test, rows)
 
     @cached_property
     def spec(self) -> DataSpec:
-        """What the model must agree on with this data (the CLI links it into the model); built
-        once, as every checkpoint saves it."""
+        """What the model must agree on with this data (the CLI links it into the model)."""
         labels = None if self.labels is None else self.label_table.spec
+        share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
         return DataSpec(
             self._events[1],
             self.vocabs,
             self.history_len,
-            repeat_share(self.store),
+            share,
             baskets=self.basket_protocol,
             labels=labels,
         )
@@ -271,12 +316,10 @@ class SequenceDataModule(pl.LightningDataModule):
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
             self._restored_vocabs = vocabs
-            for name in ("_built", "basket_protocol", "splits", "spec"):
-                self.__dict__.pop(name, None)
+            self._forget(("_built", "_catalogue", "basket_protocol", "splits", "spec"))
 
     def item_counts(self, n_items: int) -> np.ndarray:
-        """``[n_items]`` int64 occurrences of each item id in the training split (the sampled
-        softmax draws its negatives in proportion to them)."""
+        """``[n_items]`` int64 item counts of the training split (the sampled softmax's proposal)."""
         train = self.splits[0]
         _, event = flat_events(train, np.arange(len(train)))
         return np.bincount(self.store.items[event], minlength=n_items)[:n_items]
@@ -300,16 +343,20 @@ class SequenceDataModule(pl.LightningDataModule):
     def _batches(self, dataset: Dataset, lengths: np.ndarray, train: bool) -> DataLoader:
         """Length-bucketed batches of ``dataset`` (shuffled for training)."""
         trainer = self.trainer
+        # each process batches its own entities when they are sharded, else its share of all
+        split = trainer is not None and self.shard is None
         sampler = BucketBatchSampler(
             lengths,
             self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             seed=self.batch_seed,
             bucket_factor=self.bucket_factor,
-            rank=trainer.global_rank if trainer else 0,
-            world_size=trainer.world_size if trainer else 1,
+            rank=trainer.global_rank if split else 0,
+            world_size=trainer.world_size if split else 1,
             even_shards=train,
         )
+        if train and self.shard is not None:
+            sampler.epoch_batches = self._most(len(sampler))
         return DataLoader(
             dataset,
             sampler=sampler,
@@ -321,6 +368,14 @@ class SequenceDataModule(pl.LightningDataModule):
     def _labelled_loader(self, samples: LabelledView, train: bool) -> DataLoader:
         dataset = LabelledDataset(samples, self.history_len)
         return self._batches(dataset, samples.view.lengths, train)
+
+    def _most(self, n: int) -> int:
+        """The largest ``n`` of all processes (sharded ones hold different numbers of samples)."""
+        if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+            return n
+        value = torch.tensor(n, device=self.trainer.strategy.root_device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return int(value)
 
     def train_dataloader(self) -> DataLoader:
         if self.labels is not None:

@@ -23,6 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.data.columns import epoch_seconds, is_text, normalize_table
+from seqenc.data.hashing import Shard
 from seqenc.data.paths import PARQUET_SUFFIXES, expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
@@ -45,7 +46,9 @@ class Events:
 Source = pd.DataFrame | pa.Table | Events | str | Path | Sequence[str | Path]
 
 
-def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Table:
+def read_events(
+    source: Source, schema: EventSchema = DEFAULT_SCHEMA, shard: Shard | None = None
+) -> pa.Table:
     """Read the schema's columns of an event log into a typed Arrow table.
 
     Args:
@@ -54,6 +57,9 @@ def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Tabl
             ``.pq``) and CSV (``.csv``, ``.csv.gz``, ``.tsv``) are supported; only the schema's
             columns are read, and every file must have all of them.
         schema: which columns hold the entity, item, time and extra features.
+        shard: keep only this shard's entities (:class:`~seqenc.data.hashing.Shard`); files are
+            filtered block by block, so memory holds the shard's events only. Column types are
+            still decided by the whole input, so every shard types its columns alike.
 
     Returns:
         A table with exactly ``schema.columns``, typed as follows:
@@ -91,17 +97,23 @@ def read_events(source: Source, schema: EventSchema = DEFAULT_SCHEMA) -> pa.Tabl
             return source.table
         source = source.table
     if isinstance(source, pd.DataFrame):
-        table = normalize_table(_from_pandas(source, schema), schema)
+        table = _sharded(normalize_table(_from_pandas(source, schema), schema), schema, shard)
     elif isinstance(source, pa.Table):
         _check_columns(source.column_names, schema, "the input table")
-        table = normalize_table(source.select(schema.columns), schema)
+        table = _sharded(normalize_table(source.select(schema.columns), schema), schema, shard)
     else:
         scan = EventScan(expand_paths(source), schema)
-        blocks = list(scan)
+        blocks = [_sharded(block, schema, shard) for block in scan]
         table = scan.finish(pa.concat_tables(blocks)) if blocks else None
     if table is None or table.num_rows == 0:
-        raise SeqencError(f"the event log is empty (0 rows); columns: {schema.columns}")
+        where = "" if shard is None else f" for shard {shard.rank} of {shard.world_size}"
+        raise SeqencError(f"the event log is empty{where} (0 rows); columns: {schema.columns}")
     return table
+
+
+def _sharded(table: pa.Table, schema: EventSchema, shard: Shard | None) -> pa.Table:
+    """The rows of ``table`` whose entity is in ``shard`` (all of them without one)."""
+    return table if shard is None else table.filter(shard.keeps(table[schema.entity]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,10 +3,12 @@ string is salted per process): out-of-vocabulary buckets must agree at fit and a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from seqenc.errors import SeqencError
 
@@ -52,3 +54,30 @@ def _mix(h: np.ndarray) -> np.ndarray:
     h = (h ^ (h >> np.uint64(30))) * _MIX[0]
     h = (h ^ (h >> np.uint64(27))) * _MIX[1]
     return h ^ (h >> np.uint64(31))
+
+
+def entity_shard(ids: pa.Array | pa.ChunkedArray, world_size: int) -> np.ndarray:
+    """``[n]`` int64 shard (``0 .. world_size - 1``) of each id: its :func:`stable_hash` modulo
+    ``world_size``, so every process (and a run with as many processes) splits the entities alike,
+    whatever file or block an event is read from. Each distinct id is hashed once."""
+    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    encoded = pc.dictionary_encode(arr)
+    shards = stable_hash(encoded.dictionary) % np.uint64(world_size)
+    return shards.astype(np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One process's part of a log split by entity: rank ``rank`` of ``world_size`` keeps the
+    entities whose :func:`entity_shard` is ``rank``, every event of them and nothing else."""
+
+    rank: int
+    world_size: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise SeqencError(f"shard rank must be in [0, {self.world_size}), got {self.rank}")
+
+    def keeps(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """``[n]`` bool: which of the entity ids ``ids`` belong to this shard."""
+        return entity_shard(ids, self.world_size) == self.rank

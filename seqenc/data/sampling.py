@@ -25,6 +25,10 @@ class BucketBatchSampler:
         rank, world_size: this process's shard; every rank gets the same number of batches when
             ``even_shards`` (training, so DDP never waits on a missing batch) and disjoint batches
             covering every sample exactly once otherwise (prediction).
+        epoch_batches: yield exactly this many batches an epoch (``None``: this rank's own), the
+            first ones, or all and then the first ones again. Processes that each hold their own
+            entities set it to the most any of them has, so DDP steps in lockstep and no sample
+            is left out.
     """
 
     def __init__(
@@ -37,6 +41,7 @@ class BucketBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         even_shards: bool = True,
+        epoch_batches: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -48,6 +53,7 @@ class BucketBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.even_shards = even_shards
+        self.epoch_batches = epoch_batches
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -78,9 +84,17 @@ class BucketBatchSampler:
         return batches[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        return iter(self._shard(self._batches()))
+        batches = self._shard(self._batches())
+        if self.epoch_batches is None or not batches:
+            return iter(batches)
+        return iter(batches[i % len(batches)] for i in range(self.epoch_batches))
 
     def __len__(self) -> int:
+        own = self._own_batches()
+        return own if self.epoch_batches is None or not own else self.epoch_batches
+
+    def _own_batches(self) -> int:
+        """Batches of this rank an epoch, before ``epoch_batches``."""
         n = len(self.lengths)
         if self.shuffle:
             full, rest = divmod(n, self.batch_size * self.bucket_factor)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -229,11 +229,35 @@ def _encoded_values(
 
 def repeat_share(store: SequenceStore) -> float:
     """Share of events whose item already occurred earlier in the same entity's history."""
-    if store.n_events == 0:
+    return _pair_repeat_share(np.repeat(np.arange(len(store)), store.lengths), store.items)
+
+
+def _pair_repeat_share(entities: np.ndarray, items: np.ndarray) -> float:
+    """Share of events whose (entity, item) pair occurs at another event before them: all events
+    but the first of each distinct pair, so the order of the events does not matter."""
+    if len(items) == 0:
         return 0.0
-    entity = np.repeat(np.arange(len(store)), store.lengths)
-    repeated = pd.DataFrame({"entity": entity, "item": store.items}).duplicated().to_numpy()
+    repeated = pd.DataFrame({"entity": entities, "item": items}).duplicated().to_numpy()
     return float(repeated.mean())
+
+
+def fit_catalogue(
+    events: Source,
+    schema: EventSchema,
+    bounds: VocabBounds | None = None,
+    vocabs: Vocabularies | None = None,
+) -> tuple[Vocabularies, float]:
+    """``(vocabs, repeat share)`` of the whole log, as :func:`build_sequences` and
+    :func:`repeat_share` find them, read from its id columns only (entity, item, categorical).
+
+    What every process of a run split by entity must agree on: each reads this column projection
+    of the whole log, then the events of its own entities only. ``vocabs`` given: the share is
+    that of the log encoded with them (nothing is fitted).
+    """
+    table = read_events(events, replace(schema, timestamp=None, numeric=(), tie_breakers=()))
+    vocabs = _vocabularies(table, schema, vocabs, bounds)
+    items = vocabs.item.encode(table[schema.item])[0]
+    return vocabs, _pair_repeat_share(_entity_codes(table[schema.entity])[0], items)
 
 
 def _entity_codes(ids: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
