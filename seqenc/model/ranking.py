@@ -44,6 +44,7 @@ class NextItemScorer:
 
     def __post_init__(self) -> None:
         self._log_normaliser: Tensor | None = None
+        self._copy_pairs: tuple[Tensor, Tensor, Tensor] | None = None
 
     @property
     def n_items(self) -> int:
@@ -55,8 +56,9 @@ class NextItemScorer:
     def _logits(self, start: int, stop: int) -> Tensor:
         with torch.autocast(self.state.device.type, enabled=False):  # scores stay float32
             logits = self.state @ self.weight[start:stop].float().T
-        special = torch.arange(start, stop, device=logits.device) < N_SPECIAL
-        return logits.masked_fill(special, float("-inf"))
+        if start < N_SPECIAL:
+            logits[:, : N_SPECIAL - start] = -torch.inf
+        return logits
 
     def log_normaliser(self) -> Tensor:
         """``[B]`` logsumexp of the catalogue logits over every item (one pass, kept)."""
@@ -74,24 +76,34 @@ class NextItemScorer:
         or with the repeat head the mixture's log-probabilities; seen items ``-inf``."""
         logits = self._logits(start, stop)
         if self.copy_mass is not None:
-            copied = torch.zeros_like(logits)
-            inside = (self.copy_items >= start) & (self.copy_items < stop)
-            rows = torch.arange(len(logits), device=logits.device)[:, None].expand_as(inside)
-            copied.index_put_(
-                (rows[inside], self.copy_items[inside] - start),
-                self.copy_mass[inside].float(),
-                accumulate=True,
-            )
-            catalogue = logits - self.log_normaliser()[:, None]
-            log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf)
-            logits = torch.logaddexp(
-                self.log_not_gate[:, None] + catalogue, self.log_gate[:, None] + log_copied
+            # an item outside the history scores log(1 - g) + its catalogue log-probability: one
+            # shift of the logits; only the history's items get the exact mixture
+            logits += (self.log_not_gate - self.log_normaliser())[:, None]
+            rows, items, log_mass = self._copied()
+            inside = (items >= start) & (items < stop)
+            rows, columns = rows[inside], items[inside] - start
+            logits[rows, columns] = torch.logaddexp(
+                logits[rows, columns], self.log_gate[rows] + log_mass[inside]
             )
         if self.seen is not None:
             rows, items = self.seen
             inside = (items >= start) & (items < stop)
             logits[rows[inside], items[inside] - start] = -torch.inf
         return logits
+
+    def _copied(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(rows, items, log_mass)``: each history's distinct items and the log of their copy
+        mass (an item's occurrences summed), computed once."""
+        if self._copy_pairs is None:
+            n = self.n_items
+            pairs = torch.arange(len(self.copy_items), device=self.copy_items.device)[:, None] * n
+            pairs = (pairs + self.copy_items).ravel()
+            mass = self.copy_mass.float().ravel()
+            keep = mass > 0
+            unique, inverse = torch.unique(pairs[keep], return_inverse=True)
+            summed = torch.zeros(len(unique), device=mass.device).index_add_(0, inverse, mass[keep])
+            self._copy_pairs = (unique // n, unique % n, summed.log())
+        return self._copy_pairs
 
     def chunks(self, stop: int | None = None) -> Iterator[tuple[int, Tensor]]:
         """``(start, scores)`` for consecutive item chunks covering the catalogue (its ids below
@@ -128,10 +140,12 @@ class NextItemScorer:
         own = self.target_scores(target)
         floor = (own - TIE_TOLERANCE * (1.0 + own.abs()))[:, None]
         ahead = torch.zeros(len(target), dtype=torch.int64, device=target.device)
+        rows = torch.arange(len(target), device=target.device)
         for start, scores in self.chunks():
-            columns = torch.arange(start, start + scores.shape[1], device=target.device)
-            at_least = (scores >= floor) & (columns[None, :] != target[:, None])
-            ahead += at_least.sum(1)
+            ahead += (scores >= floor).sum(1)
+            here = (target >= start) & (target < start + scores.shape[1])
+            own_column = scores[rows[here], target[here] - start] >= floor[here, 0]
+            ahead[here] -= own_column.long()  # the target is not ahead of itself
         return ahead.double().masked_fill(own == -torch.inf, torch.inf)
 
     def top_k(self, k: int, stop: int | None = None) -> tuple[Tensor, Tensor]:
