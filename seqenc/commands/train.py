@@ -13,14 +13,18 @@ from pathlib import Path
 
 import torch
 import yaml
+from jsonargparse import Namespace
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
+from seqenc.atomic import writable_directory
 from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.cli_support import default_logger_classes, run_user_command
 from seqenc.compat_cli import align_after_fit, check_parent_bundle
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
+from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig
 from seqenc.module import SeqencModule
@@ -59,6 +63,7 @@ class SeqencCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         self._args = args  # kept to tell the options given from the defaults (_parse_ckpt_path)
         super().parse_arguments(parser, args)
+        self.check_before_start()
 
     def _parse_ckpt_path(self) -> None:
         """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
@@ -76,8 +81,20 @@ class SeqencCLI(LightningCLI):
         model = resume_options(given.as_dict() if given else {}, saved)
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
-    def before_fit(self) -> None:
-        check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
+    def check_before_start(self) -> None:
+        """What fails before anything is seeded or built (so before Lightning's banner): an
+        accelerator the machine lacks, a run directory that cannot be written, an unreadable
+        parent bundle."""
+        config = self.config[self.config["subcommand"]]
+        trainer = config.trainer
+        check_accelerator(trainer.accelerator, trainer.devices)
+        for directory in _run_directories(trainer):
+            writable_directory(directory, "run directory")
+        check_parent_bundle(config.get("compatible_with"))
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        with trainer_options():
+            return super().instantiate_trainer(**kwargs)
 
     def after_fit(self) -> None:
         writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))
@@ -88,6 +105,17 @@ class SeqencCLI(LightningCLI):
             print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
             print(f"bundle: {writer.path}")
             align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
+
+
+def _run_directories(trainer: Namespace) -> list[str]:
+    """Where a run writes: the trainer's root directory and each logger's ``save_dir``."""
+    loggers = trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]
+    saved = [
+        logger.init_args.get("save_dir")
+        for logger in loggers
+        if isinstance(logger, Namespace) and isinstance(logger.get("init_args"), Namespace)
+    ]
+    return [trainer.default_root_dir or ".", *(d for d in saved if d)]
 
 
 # Keys renamed when the lengths got their names and the model its encoder section.
