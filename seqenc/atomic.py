@@ -57,8 +57,13 @@ def _check_parent(path: Path) -> None:
         raise SeqencError(f"cannot write {str(path)!r}: a parent is not a directory") from e
     except OSError as e:
         raise SeqencError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise SeqencError(f"cannot write {str(path)!r}: {str(path.parent)!r} is not writable")
+    try:  # a real write: access() says yes to root on a read-only place
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        raise SeqencError(
+            f"cannot write {str(path)!r}: {str(path.parent)!r} is not writable ({e.strerror or e})"
+        ) from e
 
 
 def writable_directory(path: str | Path, what: str) -> Path:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from seqenc.atomic import atomic_file
+from seqenc.atomic import atomic_file, file_target
 from seqenc.data.events import check_column_names
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
@@ -56,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.json:
+        file_target(args.json)  # before the probes run
     table = _run(args)
     print(format_table(table))
     if args.json:

@@ -282,14 +282,20 @@ class _HoldoutSearch:
     def fit(self, x: np.ndarray, y: np.ndarray) -> _HoldoutSearch:
         from sklearn.base import clone
 
-        ((fit_rows, held_out),) = self.split.split(x, y)
-        best = -np.inf
-        for leaves in self.leaves:
-            model = clone(self.booster).set_params(max_leaf_nodes=leaves)
-            model.fit(x[fit_rows], y[fit_rows])
-            score = self.scorer(model, x[held_out], y[held_out])
-            if score > best:
-                best, self.model_ = score, model
+        try:  # too few rows of a class to hold some out, or for the booster's own stopping set
+            ((fit_rows, held_out),) = self.split.split(x, y)
+            best = -np.inf
+            for leaves in self.leaves:
+                model = clone(self.booster).set_params(max_leaf_nodes=leaves)
+                model.fit(x[fit_rows], y[fit_rows])
+                score = self.scorer(model, x[held_out], y[held_out])
+                if score > best:
+                    best, self.model_ = score, model
+        except ValueError as e:
+            raise SeqencError(
+                f"the tree probe cannot split a training fold of {len(y)} rows into the parts it "
+                f"needs: {e} (give more label rows or fewer folds)"
+            ) from e
         self.classes_ = getattr(self.model_, "classes_", None)
         return self
 
