@@ -23,7 +23,7 @@ directory is refused: give a file name); ``W`` processes write a directory ``<ou
 ``part-00000.parquet`` … one per rank, which pyarrow, pandas (``pd.read_parquet(output)``), DuckDB
 (``read_parquet('<output>/*.parquet')``) and Spark read as one table. A directory is never replaced
 by a file nor the reverse. Columns: ``entity_id`` (the log's id type), ``embedding``
-``fixed_size_list<float32>[d]``, ``n_events`` int32 (events fed to the model),
+``fixed_size_list<float32>[d]``, ``n_events_read`` int32 (events the model read: the newest, at most ``history_len``),
 ``last_event_time`` ``timestamp[us, UTC]`` (null without times); rows in no particular order. File
 metadata: ``seqenc.model``, ``seqenc.version``, ``seqenc.config_hash``, ``seqenc.weights_sha256``,
 ``seqenc.dim``, ``seqenc.as_of``, ``seqenc.space`` (``native`` or ``parent``) and ``seqenc.space_id``
