@@ -5,6 +5,7 @@ one-line refusal of one it has not (``load_encoder(device=...)``, ``seqenc embed
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -103,10 +104,17 @@ def _index(value: object) -> bool:
 
 
 @contextmanager
-def trainer_options() -> Iterator[None]:
+def trainer_options(quiet: bool = False) -> Iterator[None]:
     """Within the block (a Lightning ``Trainer`` being built), Lightning's refusal of its
-    accelerator, devices or strategy is one line."""
+    accelerator, devices or strategy is one line; ``quiet`` leaves out its banner (devices found,
+    tips) for a trainer the user never configured (the export's), so an error stays one line."""
+    banner = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    level = banner.level
+    if quiet:
+        banner.setLevel(logging.WARNING)
     try:
         yield
     except (MisconfigurationException, TypeError, ValueError) as e:
         raise SeqencError(f"trainer options: {' '.join(str(e).split())}") from e
+    finally:
+        banner.setLevel(level)

@@ -33,6 +33,7 @@ import pyarrow as pa
 from seqenc.compat import Lineage, save_lineage, space_id
 from seqenc.data.columns import epoch_seconds
 from seqenc.data.events import read_events
+from seqenc.encoding.options import positive_int
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, load_encoder
 from seqenc.model.batch import UNK
@@ -243,6 +244,8 @@ def drift(
 ) -> DriftReport:
     """Compare bundle ``new`` with ``old`` on ``events`` (see the module docstring); the overlap
     uses ``sample`` entities drawn with ``seed`` (all of them when fewer)."""
+    positive_int("k", k)
+    positive_int("sample", sample)
     _, y, x = paired(old, new, events, as_of)
     lineage = new.lineage
     mapped = lineage is not None and lineage[0].parent_space == space_id(old.meta)

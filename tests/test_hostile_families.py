@@ -312,8 +312,11 @@ def expected_rows(labels: pd.DataFrame, ids: set) -> int | None:
 
 
 @settings(SETTINGS, max_examples=10)
-@given(data=st.data(), column=st.sampled_from(["y", "y", "entity_id"]), folds=st.integers(0, 3))
-def test_probe_any_label_table(world, tmp_path_factory, data, column, folds):
+@given(
+    data=st.data(), column=st.sampled_from(["y", "y", "entity_id"]), folds=st.integers(0, 3),
+    seed=st.sampled_from([0, 0, 7, -1, 2**40]),
+)  # fmt: skip
+def test_probe_any_label_table(world, tmp_path_factory, data, column, folds, seed):
     """``seqenc probe``: each entity once in the folds, every dropped row counted, or one line."""
     ids = world["events"]["entity_id"].unique().tolist()
     labels = data.draw(label_tables(ids))
@@ -321,9 +324,9 @@ def test_probe_any_label_table(world, tmp_path_factory, data, column, folds):
     labels.to_parquet(tmp / "labels.parquet")
     argv = ["probe", "--labels", str(tmp / "labels.parquet"), "--label-column", column]
     argv += ["--embeddings", str(world["embeddings"]), "--model", "linear", "--folds", str(folds)]
-    code, err = run_cli([*argv, "--json", str(tmp / "out.json")])
+    code, err = run_cli([*argv, "--seed", str(seed), "--json", str(tmp / "out.json")])
     expected = expected_rows(labels, set(ids))
-    if column == "entity_id" or folds < 2 or expected is None:
+    if column == "entity_id" or folds < 2 or expected is None or not 0 <= seed < 2**32:
         assert code == 1, err
     if code == 0:
         (row,) = json.loads((tmp / "out.json").read_text())
@@ -350,9 +353,9 @@ def test_load_any_bundle(world, harm):
 @settings(SETTINGS, max_examples=8)
 @given(
     new=st.sampled_from("ab"), old=st.sampled_from("ab"), log=st.sampled_from("ab"),
-    what=st.sampled_from(["align", "drift"]),
+    what=st.sampled_from(["align", "drift"]), k=st.integers(-1, 12), sample=st.integers(-1, 40),
 )  # fmt: skip
-def test_pairs_of_bundles(world, new, old, log, what):
+def test_pairs_of_bundles(world, new, old, log, what, k, sample):
     """``align`` refuses a parent that is the child or cannot read the events; ``drift`` never
     calls two models compatible on events one of them cannot read."""
     events = world[f"{log}_events"]
@@ -364,7 +367,9 @@ def test_pairs_of_bundles(world, new, old, log, what):
         if new == old or old != log:
             assert lineage is None, (new, old, log)
         return
-    report = call(drift, load_encoder(world[old], "cpu"), load_encoder(world[new], "cpu"), events)
+    pair = load_encoder(world[old], "cpu"), load_encoder(world[new], "cpu")
+    report = call(drift, *pair, events, k=k, sample=sample)
+    assert report is None or (k > 0 and sample > 0)
     if report is not None:  # each bundle knows the items of its own log only
         want = "same" if new == old == log else "incompatible"
         assert report.verdict == want, (new, old, log, report.verdict)

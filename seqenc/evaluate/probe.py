@@ -193,6 +193,8 @@ def probe(
     metrics = _sklearn()[2]
     if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
         raise SeqencError(f"n_splits (folds) must be an integer >= 2, got {n_splits!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     x, y, counts = _align(features, labels, label_column, on)
     if len(y) < n_splits:
         raise SeqencError(f"{len(y)} labelled row(s) cannot make {n_splits} folds")

@@ -219,7 +219,7 @@ def _trainer(
             )
         accelerator = "cpu"
     check_accelerator(accelerator, devices)
-    with trainer_options():
+    with trainer_options(quiet=True):
         return pl.Trainer(
             accelerator=accelerator,
             devices=devices,
