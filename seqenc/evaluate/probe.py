@@ -206,9 +206,7 @@ def probe(
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for train, test in splitter.split(x, y):
-        with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
-            warnings.simplefilter("ignore", FutureWarning)
-            search.fit(x[train], y[train])
+        _fit(search, x[train], y[train])
         for name, value in _scores(metrics, task, search, x[test], y[test]).items():
             folds.setdefault(name, []).append(value)
         for name, value in _baseline(metrics, task, y[train], y[test]).items():
@@ -222,6 +220,20 @@ def probe(
         baseline={k: float(np.mean(v)) for k, v in base.items()},
         label_rows=counts,
     )
+
+
+def _fit(search, x: np.ndarray, y: np.ndarray) -> None:
+    """Fit a probe on a training fold; a fold too small for the inner splits (a class with too
+    few rows to hold some out) is one line."""
+    try:
+        with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
+            warnings.simplefilter("ignore", FutureWarning)
+            search.fit(x, y)
+    except ValueError as e:
+        raise SeqencError(
+            f"a training fold of {len(y)} rows is too small for the probe's inner splits: "
+            f"{' '.join(str(e).split())} (give more label rows or fewer folds)"
+        ) from e
 
 
 def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, list]:
@@ -284,20 +296,14 @@ class _HoldoutSearch:
     def fit(self, x: np.ndarray, y: np.ndarray) -> _HoldoutSearch:
         from sklearn.base import clone
 
-        try:  # too few rows of a class to hold some out, or for the booster's own stopping set
-            ((fit_rows, held_out),) = self.split.split(x, y)
-            best = -np.inf
-            for leaves in self.leaves:
-                model = clone(self.booster).set_params(max_leaf_nodes=leaves)
-                model.fit(x[fit_rows], y[fit_rows])
-                score = self.scorer(model, x[held_out], y[held_out])
-                if score > best:
-                    best, self.model_ = score, model
-        except ValueError as e:
-            raise SeqencError(
-                f"the tree probe cannot split a training fold of {len(y)} rows into the parts it "
-                f"needs: {e} (give more label rows or fewer folds)"
-            ) from e
+        ((fit_rows, held_out),) = self.split.split(x, y)
+        best = -np.inf
+        for leaves in self.leaves:
+            model = clone(self.booster).set_params(max_leaf_nodes=leaves)
+            model.fit(x[fit_rows], y[fit_rows])
+            score = self.scorer(model, x[held_out], y[held_out])
+            if score > best:
+                best, self.model_ = score, model
         self.classes_ = getattr(self.model_, "classes_", None)
         return self
 
