@@ -51,7 +51,7 @@ HAVE |= {"mps", "gpu"} if torch.backends.mps.is_available() else set()
 def world(tmp_path_factory) -> dict:
     """Two bundles that share no item (``a``, ``b``), their event files, ``a``'s embeddings."""
     tmp = tmp_path_factory.mktemp("families")
-    events = tiny_events(n_entities=12, seed=3)
+    events = tiny_events(n_entities=30, seed=3)
     other = events.assign(item_id=events["item_id"].astype(str) + "_b")
     found = {"tmp": tmp, "events": events}
     for name, log in (("a", events), ("b", other)):
@@ -312,7 +312,7 @@ def label_tables(draw, ids: list[str]) -> pd.DataFrame:
     """Rows of (entity, label): repeated entities, unknown ones, missing and infinite labels."""
     entity = st.sampled_from([*ids, "stranger_1", "stranger_2"])
     rows = draw(st.lists(st.tuples(entity, labels_values), min_size=0, max_size=36))
-    unique = draw(st.lists(st.sampled_from(ids), min_size=8, max_size=12, unique=True))
+    unique = draw(st.lists(st.sampled_from(ids), min_size=24, max_size=30, unique=True))
     rows += [(e, float(i % 2)) for i, e in enumerate(unique)]
     return pd.DataFrame(rows, columns=["entity_id", "y"])
 
