@@ -237,7 +237,9 @@ def test_embed_on_any_accelerator(world, accelerator, count):
 # Run places (fit / validate / test)
 
 
-def fit_cli(world: dict, accelerator: str, place: str, command: str) -> tuple[int, str]:
+def fit_cli(
+    world: dict, accelerator: str, place: str, command: str, seed: int = 0
+) -> tuple[int, str]:
     """``seqenc COMMAND`` on ``a``'s events, run from ``place``, on ``accelerator``."""
     cwd = world["tmp"] / f"run_{place}" if place in ("tmp", "file_in_way") else Path(place)
     if place in ("tmp", "file_in_way"):
@@ -247,7 +249,7 @@ def fit_cli(world: dict, accelerator: str, place: str, command: str) -> tuple[in
     argv = [command, "--data.path", str(world["a_events"]), "--data.history_len", "8"]
     argv += ["--data.schema.categorical", "[event_type, channel]"]
     argv += ["--trainer.accelerator", accelerator, "--trainer.max_steps", "1"]
-    return run_cli(argv, cwd)
+    return run_cli([*argv, "--seed_everything", str(seed)], cwd)
 
 
 commands = st.sampled_from(["fit", "validate", "test"])
@@ -258,6 +260,14 @@ commands = st.sampled_from(["fit", "validate", "test"])
 def test_fit_on_any_accelerator(world, accelerator, command):
     """An accelerator the machine lacks fails in one line before anything is built."""
     code, err = fit_cli(world, accelerator, "tmp", command)
+    assert code == 1, err
+
+
+@settings(SETTINGS, max_examples=3)
+@given(seed=st.sampled_from([-5, 2**32, 2**40]), command=commands)
+def test_fit_any_seed(world, seed, command):
+    """A seed numpy cannot take is one line."""
+    code, err = fit_cli(world, "cpu", "tmp", command, seed)
     assert code == 1, err
 
 

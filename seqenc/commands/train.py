@@ -82,10 +82,13 @@ class SeqencCLI(LightningCLI):
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
     def check_before_start(self) -> None:
-        """What fails before anything is seeded or built (so before Lightning's banner): an
-        accelerator the machine lacks, a run directory that cannot be written, an unreadable
-        parent bundle."""
+        """What fails before anything is seeded or built (so before Lightning's banner): a seed
+        out of range, an accelerator the machine lacks, a run directory that cannot be written,
+        an unreadable parent bundle."""
         config = self.config[self.config["subcommand"]]
+        seed = config.get("seed_everything")
+        if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
+            raise SeqencError(f"seed_everything must lie in [0, 2**32), got {seed}")
         trainer = config.trainer
         check_accelerator(trainer.accelerator, trainer.devices)
         for directory in _run_directories(trainer):
