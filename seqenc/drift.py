@@ -192,8 +192,8 @@ def align(
 
 def check_parent(child: Encoder, parent: Encoder, events: Any, as_of: object = None) -> None:
     """Refuse a parent that cannot serve ``child``: itself (or another copy of its weights), a
-    bundle already aligned to ``child`` (a circle), or one that knows the items of fewer than
-    ``MIN_KNOWN`` of the events (its embeddings of them would be UNK's)."""
+    bundle already aligned to ``child`` (a circle), or events whose items either of them knows
+    for fewer than ``MIN_KNOWN`` of them (its embeddings of them would be UNK's)."""
     name, space = parent.meta.name, space_id(child.meta)
     if space_id(parent.meta) == space:
         raise SeqencError(
@@ -203,12 +203,13 @@ def check_parent(child: Encoder, parent: Encoder, events: Any, as_of: object = N
         raise SeqencError(
             f"{name!r} is already aligned to {child.meta.name!r}: aligning back would make a circle"
         )
-    known = known_items({"parent": parent}, events, as_of)["parent"]
-    if known < MIN_KNOWN:
-        raise SeqencError(
-            f"{name!r} knows the item of {known:.1%} of the events (< {MIN_KNOWN:.0%}): it cannot "
-            "embed them, so it cannot be the parent on these events"
-        )
+    known = known_items({"child": child, "parent": parent}, events, as_of)
+    for role, encoder in (("parent", parent), ("child", child)):
+        if known[role] < MIN_KNOWN:
+            raise SeqencError(
+                f"the {role} {encoder.meta.name!r} knows the item of {known[role]:.1%} of the "
+                f"events (< {MIN_KNOWN:.0%}): a map fitted on them would map UNK's"
+            )
 
 
 def neighbour_overlap(a: np.ndarray, b: np.ndarray, rows: np.ndarray, k: int) -> float:
