@@ -184,31 +184,34 @@ def align(
     """Fit the map from bundle ``new``'s space to bundle ``old``'s on :func:`history_pairs` and
     store it with the lineage in ``new`` (replacing an earlier one)."""
     child, parent = load_encoder(new, "cpu"), load_encoder(old, "cpu")
-    check_parent(child, parent, events, as_of)
+    check_parent(child, parent, events, as_of, (repr(str(new)), repr(str(old))))
     x, y, counts = history_pairs(child, parent, events, as_of, n_cutoffs)
     fitted, stats = fit_with_stats(x, y, kind)
     return save_lineage(new, child.meta, parent.meta, fitted, stats | counts)
 
 
-def check_parent(child: Encoder, parent: Encoder, events: Any, as_of: object = None) -> None:
-    """Refuse a parent that cannot serve ``child``: itself (or another copy of its weights), a
-    bundle already aligned to ``child`` (a circle), or events whose items either of them knows
-    for fewer than ``MIN_KNOWN`` of them (its embeddings of them would be UNK's)."""
-    name, space = parent.meta.name, space_id(child.meta)
+def check_parent(
+    child: Encoder, parent: Encoder, events: Any, as_of: object, names: tuple[str, str]
+) -> None:
+    """Refuse a parent that cannot serve ``child`` (their bundles' ``names``): itself (or another
+    copy of its weights), a bundle already aligned to ``child`` (a circle), or events whose items
+    either of them knows for fewer than ``MIN_KNOWN`` of them (its embeddings of them would be
+    UNK's)."""
+    space = space_id(child.meta)
     if space_id(parent.meta) == space:
         raise SeqencError(
-            f"{child.meta.name!r} and {name!r} are the same model: a bundle cannot be its own parent"
+            f"{names[0]} and {names[1]} are the same model: a bundle cannot be its own parent"
         )
     if parent.lineage is not None and parent.lineage[0].parent_space == space:
         raise SeqencError(
-            f"{name!r} is already aligned to {child.meta.name!r}: aligning back would make a circle"
+            f"{names[1]} is already aligned to {names[0]}: aligning back would make a circle"
         )
     known = known_items({"child": child, "parent": parent}, events, as_of)
-    for role, encoder in (("parent", parent), ("child", child)):
+    for role, name in zip(("child", "parent"), names, strict=True):
         if known[role] < MIN_KNOWN:
             raise SeqencError(
-                f"the {role} {encoder.meta.name!r} knows the item of {known[role]:.1%} of the "
-                f"events (< {MIN_KNOWN:.0%}): a map fitted on them would map UNK's"
+                f"the {role} {name} knows the item of {known[role]:.1%} of the events "
+                f"(< {MIN_KNOWN:.0%}): a map fitted on them would map UNK's"
             )
 
 
