@@ -163,7 +163,7 @@ def in_form(frame: pd.DataFrame, form: str, tmp: Path) -> object:
     if form == "pandas":
         return frame
     table = pa.table(
-        [pa.array(frame.iloc[:, i].tolist()) for i in range(frame.shape[1])],
+        [_arrow(frame.iloc[:, i].tolist()) for i in range(frame.shape[1])],
         names=list(frame.columns),
     )
     if form == "arrow":
@@ -174,6 +174,14 @@ def in_form(frame: pd.DataFrame, form: str, tmp: Path) -> object:
     else:
         frame.to_csv(path, index=False)
     return path
+
+
+def _arrow(values: list) -> pa.Array:
+    """``values`` as an Arrow array; mixed values Arrow cannot hold in one type become text."""
+    try:
+        return pa.array(values)
+    except pa.ArrowException:
+        return pa.array([None if v is None else str(v) for v in values])
 
 
 def harmed_bundle(source: Path, harm: str, target: Path) -> Path:
