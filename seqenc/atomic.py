@@ -57,8 +57,28 @@ def _check_parent(path: Path) -> None:
         raise SeqencError(f"cannot write {str(path)!r}: a parent is not a directory") from e
     except OSError as e:
         raise SeqencError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise SeqencError(f"cannot write {str(path)!r}: {str(path.parent)!r} is not writable")
+    try:  # a real write: access() says yes to root on a read-only place
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        raise SeqencError(
+            f"cannot write {str(path)!r}: {str(path.parent)!r} is not writable ({e.strerror or e})"
+        ) from e
+
+
+def writable_directory(path: str | Path, what: str) -> Path:
+    """Create the directory ``path`` (and its parents) and make sure a file can be written in it:
+    checked before a long run that writes there, so a read-only place fails first, in one line."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except (FileExistsError, NotADirectoryError) as e:
+        raise SeqencError(f"{what} {str(path)!r} is not writable: a file is in the way") from e
+    except OSError as e:
+        raise SeqencError(f"{what} {str(path)!r} is not writable: {e.strerror or e}") from e
+    return path
 
 
 def temporary_beside(target: Path, directory: bool) -> Path:

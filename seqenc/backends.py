@@ -19,9 +19,11 @@ from seqenc.bundle import BundleMeta, file_sha256
 from seqenc.data.batches import Batch
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
+from seqenc.reading import read_bounded
 
 BACKENDS = ("torch", "onnxruntime")
 ONNX_FILE = "model.onnx"  # default place of the graph: inside the bundle, so it ships with it
+SUMS_BYTES = 4096  # a <graph>.sha256 file: one digest and a name
 ORT_TYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(double)": np.float64}
 
 
@@ -64,12 +66,12 @@ class OnnxRuntimeBackend:
                 "backend='onnxruntime' needs onnxruntime: pip install 'seqenc[onnx]'"
             ) from e
         sums = Path(f"{path}.sha256")
-        if not path.is_file() or not sums.is_file():
-            missing = path if not path.is_file() else sums
+        missing = [p for p in (path, sums) if not p.exists()]
+        if missing:
             raise SeqencError(
-                f"ONNX graph file missing: {str(missing)!r}; write it with `seqenc onnx`"
+                f"ONNX graph file missing: {str(missing[0])!r}; write it with `seqenc onnx`"
             )
-        if sums.read_text().split()[:1] != [file_sha256(path)]:
+        if read_bounded(sums, SUMS_BYTES).split()[:1] != [file_sha256(path).encode()]:
             raise SeqencError(f"{str(path)!r} is corrupt: its SHA-256 differs from {sums.name}")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # no warnings about unused initializers

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -29,12 +30,16 @@ from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
 from seqenc.model.objectives import OBJECTIVES
+from seqenc.reading import read_bounded, regular_file
 from seqenc.version import __version__
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: the lengths named (history_len, encoder.n_positions)
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+# The most a JSON file of a bundle may hold: a configuration (or lineage) is a few KB, the
+# vocabularies grow with the catalogue.
+MAX_CONFIG_BYTES, MAX_VOCAB_BYTES = 1 << 20, 1 << 31
 
 
 @dataclass(frozen=True)
@@ -247,8 +252,21 @@ def _hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def finite_tensors(tensors: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    """``tensors``, refused when one holds NaN or infinity: they would give NaN embeddings
+    without a word (a diverged training, or a file edited and its checksum updated)."""
+    bad = [k for k, t in tensors.items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise SeqencError(
+            f"{where}: {len(bad)} tensor(s) hold NaN or infinite values, e.g. {bad[0]!r} (saved "
+            "from a diverged training?)"
+        )
+    return tensors
+
+
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, hex (bundle files, the ONNX graph)."""
+    """SHA-256 of a regular file, hex (bundle files, the ONNX graph)."""
+    regular_file(path)
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -314,12 +332,12 @@ def save_bundle(
     return output_dir
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path, limit: int = MAX_CONFIG_BYTES) -> Any:
+    """A bundle's JSON file, read with at most ``limit`` bytes (:func:`read_bounded`)."""
+    data = read_bounded(path, limit)
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise SeqencError(f"bundle file missing: {str(path)!r}") from e
-    except (OSError, ValueError) as e:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:
         raise SeqencError(f"cannot read bundle file {str(path)!r}: {e}") from e
 
 
@@ -334,9 +352,9 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
     path = Path(path)
     if not path.is_dir():
         raise SeqencError(f"model bundle not found: {str(path)!r} is not a directory")
-    meta = BundleMeta.from_dict(_read_json(path / CONFIG_FILE), str(path / CONFIG_FILE))
+    meta = BundleMeta.from_dict(read_json(path / CONFIG_FILE), str(path / CONFIG_FILE))
     vocab_path = path / VOCAB_FILE
-    vocab_json = _read_json(vocab_path)
+    vocab_json = read_json(vocab_path, MAX_VOCAB_BYTES)
     try:
         vocabs = Vocabularies.from_dict(vocab_json)
     except SeqencError as e:
@@ -349,14 +367,13 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
     meta = replace(meta, schema=vocab_id_types(meta.schema, vocabs, str(vocab_path)))
 
     weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise SeqencError(f"bundle file missing: {str(weights)!r}")
     if file_sha256(weights) != meta.weights_sha256:
         raise SeqencError(f"{str(weights)!r} is corrupt: its SHA-256 differs from config.json's")
     try:
         state = load_file(weights)
     except (SafetensorError, OSError, ValueError) as e:
         raise SeqencError(f"cannot read weights {str(weights)!r}: {e}") from e
+    finite_tensors(state, repr(str(weights)))
     encoder = SequenceEncoder(meta.encoder)
     encoder.head = _head(meta, str(path / CONFIG_FILE))
     try:

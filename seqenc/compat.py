@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from seqenc.atomic import atomic_file
-from seqenc.bundle import BundleMeta, file_sha256
+from seqenc.bundle import BundleMeta, file_sha256, finite_tensors, read_json
 from seqenc.errors import SeqencError
 from seqenc.parent_map import ParentMap
 
@@ -86,9 +86,8 @@ def load_lineage(bundle: str | Path, meta: BundleMeta) -> tuple[Lineage, ParentM
     if not path.is_file():
         return None
     try:
-        raw = json.loads(path.read_text())
-        lineage = Lineage(**raw)
-    except (OSError, ValueError, TypeError) as e:
+        lineage = Lineage(**read_json(path))
+    except TypeError as e:
         raise SeqencError(f"invalid lineage file {str(path)!r}: {e}") from e
     for name in ("parent_name", "parent_config_hash", "parent_weights_sha256", "kind"):
         if not isinstance(getattr(lineage, name), str):
@@ -99,14 +98,14 @@ def load_lineage(bundle: str | Path, meta: BundleMeta) -> tuple[Lineage, ParentM
             "(copied from another bundle?): run `seqenc align` again"
         )
     weights = bundle / MAP_FILE
-    if not weights.is_file() or file_sha256(weights) != lineage.map_sha256:
-        raise SeqencError(f"{str(weights)!r} is missing or its SHA-256 differs from lineage.json's")
+    if file_sha256(weights) != lineage.map_sha256:
+        raise SeqencError(f"{str(weights)!r}: its SHA-256 differs from lineage.json's")
     try:
-        fitted = ParentMap.from_tensors(
-            lineage.kind, load_file(weights), meta.dim, lineage.parent_dim
-        )
+        tensors = load_file(weights)
+        fitted = ParentMap.from_tensors(lineage.kind, tensors, meta.dim, lineage.parent_dim)
     except (SafetensorError, OSError, KeyError, ValueError) as e:
         raise SeqencError(f"cannot read {str(weights)!r} as a map from dim {meta.dim}: {e}") from e
+    finite_tensors(tensors, repr(str(weights)))
     return lineage, fitted
 
 

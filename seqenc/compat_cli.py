@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from seqenc.atomic import atomic_file
+from seqenc.atomic import atomic_file, file_target
 from seqenc.compat import Lineage
 from seqenc.drift import CUTOFFS, align, drift
 from seqenc.inference import load_encoder
@@ -67,6 +67,8 @@ def add_drift_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_drift(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.json:
+        file_target(args.json)  # before the report is computed
     old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
     events = args.events[0] if len(args.events) == 1 else args.events
     report = drift(old, new, events, args.as_of, k=args.k, sample=args.sample)

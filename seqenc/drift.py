@@ -1,12 +1,14 @@
 """Two model versions on the same events: the map between them (:func:`align`) and the drift
 report (:func:`drift`), the check a pipeline runs before switching.
 
-:func:`drift` encodes the same events with both bundles and compares, per shared entity, the old
+`drift` encodes the same events with both bundles and compares, per shared entity, the old
 embedding with the new one as a downstream model would get it (through the new bundle's map when
 its lineage leads to the old one, else raw): the per-entity cosine, the overlap of the k nearest
-neighbours, each dimension's mean shift and spread ratio, and a verdict: ``same``, ``compatible``
-(mean cosine >= ``MIN_COSINE`` and mean shift <= ``MAX_SHIFT`` old stds: a downstream model keeps
-working) or ``incompatible`` (retrain the downstream models, or align the new version).
+neighbours, each dimension's mean shift and spread ratio, the share of events whose item each
+model knows (and both), and a verdict: ``same``, ``compatible`` (mean cosine >= ``MIN_COSINE`` and
+mean shift <= ``MAX_SHIFT`` old stds: a downstream model keeps working) or ``incompatible``
+(retrain the downstream models, or align the new version), always when fewer than ``MIN_KNOWN``
+of the events have an item both models know; ``why`` says what made it incompatible.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from seqenc.compat import Lineage, save_lineage, space_id
 from seqenc.data.columns import epoch_seconds
 from seqenc.data.events import read_events
+from seqenc.encoding.options import positive_int
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, load_encoder
+from seqenc.model.batch import UNK
 from seqenc.parent_map import DEFAULT_KIND, fit_with_stats
 
 MIN_COSINE, MAX_SHIFT = 0.5, 0.5
+# The least share of the events whose item both models know for a comparison (drift) or a parent
+# (align) to mean anything: an event unknown to a model is UNK to it, whatever the item was.
+MIN_KNOWN = 0.5
 CUTOFFS = 3  # align: quantiles of the event times at which entities are also paired
 SAME = 0.999
 CHUNK = 256  # sampled rows per similarity block
@@ -46,6 +54,8 @@ class DriftReport:
     max_shift: float
     std_ratio: tuple[float, float]
     verdict: str
+    why: str = ""  # what made the verdict incompatible
+    known: dict[str, float] = field(default_factory=dict)  # shares of events with a known item
     dimensions: list[dict[str, float]] = field(default_factory=list)
 
     def table(self) -> str:
@@ -60,15 +70,58 @@ class DriftReport:
             (f"neighbour overlap @{self.k}", f"{self.overlap:.4f} ({self.n_sample} sampled)"),
             ("mean |mean shift| (old std)", f"{self.mean_shift:.4f} (max {self.max_shift:.4f})"),
             ("std ratio new/old", f"{self.std_ratio[0]:.3f} .. {self.std_ratio[1]:.3f}"),
+            ("events with a known item", _known_text(self.known)),
         ]
         width = max(len(k) for k, _ in rows)
         lines = [f"{k:<{width}}  {v}" for k, v in rows]
-        return "\n".join([*lines, f"verdict: {self.verdict}"])
+        why = f" ({self.why})" if self.why else ""
+        return "\n".join([*lines, f"verdict: {self.verdict}{why}"])
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return asdict(self)
+
+
+def _known_text(known: dict[str, float]) -> str:
+    return " / ".join(f"{k} {v:.1%}" for k, v in known.items())
+
+
+def known_items(
+    encoders: dict[str, Encoder], events: Any, as_of: object = None
+) -> dict[str, float]:
+    """Per encoder (and ``both``): the share of the events at or before ``as_of`` whose item it
+    knows (each reads the events with its own schema)."""
+    masks = {}
+    for name, encoder in encoders.items():
+        schema = encoder.meta.schema
+        table = read_events(events, schema)
+        if as_of is not None and schema.timestamp is not None:
+            times = table[schema.timestamp].to_numpy()
+            table = table.filter(pa.array(times <= epoch_seconds(as_of)))
+        ids, _ = encoder.vocabs.item.encode(table[schema.item])
+        masks[name] = ids != UNK
+    masks["both"] = np.logical_and.reduce(list(masks.values()))  # the same rows, each schema
+    return {name: float(m.mean()) if len(m) else 0.0 for name, m in masks.items()}
+
+
+def verdict_of(
+    cosine: float, overlap: float, mean_shift: float, known: dict[str, float]
+) -> tuple[str, str]:
+    """``(verdict, why)``: ``same``, ``compatible`` or ``incompatible`` (see the module
+    docstring); embeddings of events one model cannot read are never compatible, whatever their
+    cosine."""
+    if known["both"] < MIN_KNOWN:
+        why = f"{known['both']:.1%} of the events have an item both models know (< {MIN_KNOWN:.0%})"
+        return "incompatible", why
+    if cosine >= SAME and overlap >= SAME:
+        return "same", ""
+    if cosine >= MIN_COSINE and mean_shift <= MAX_SHIFT:
+        return "compatible", ""
+    return (
+        "incompatible",
+        f"cosine {cosine:.4f} (< {MIN_COSINE}) or mean shift {mean_shift:.4f} (> {MAX_SHIFT})",
+    )
 
 
 def paired(a: Any, b: Any, events: Any, as_of: object = None) -> tuple[np.ndarray, ...]:
@@ -121,9 +174,35 @@ def align(
     """Fit the map from bundle ``new``'s space to bundle ``old``'s on :func:`history_pairs` and
     store it with the lineage in ``new`` (replacing an earlier one)."""
     child, parent = load_encoder(new, "cpu"), load_encoder(old, "cpu")
+    check_parent(child, parent, events, as_of, (repr(str(new)), repr(str(old))))
     x, y, counts = history_pairs(child, parent, events, as_of, n_cutoffs)
     fitted, stats = fit_with_stats(x, y, kind)
     return save_lineage(new, child.meta, parent.meta, fitted, stats | counts)
+
+
+def check_parent(
+    child: Encoder, parent: Encoder, events: Any, as_of: object, names: tuple[str, str]
+) -> None:
+    """Refuse a parent that cannot serve ``child`` (their bundles' ``names``): itself (or another
+    copy of its weights), a bundle already aligned to ``child`` (a circle), or events whose items
+    either of them knows for fewer than ``MIN_KNOWN`` of them (its embeddings of them would be
+    UNK's)."""
+    space = space_id(child.meta)
+    if space_id(parent.meta) == space:
+        raise SeqencError(
+            f"{names[0]} and {names[1]} are the same model: a bundle cannot be its own parent"
+        )
+    if parent.lineage is not None and parent.lineage[0].parent_space == space:
+        raise SeqencError(
+            f"{names[1]} is already aligned to {names[0]}: aligning back would make a circle"
+        )
+    known = known_items({"child": child, "parent": parent}, events, as_of)
+    for role, name in zip(("child", "parent"), names, strict=True):
+        if known[role] < MIN_KNOWN:
+            raise SeqencError(
+                f"the {role} {name} knows the item of {known[role]:.1%} of the events "
+                f"(< {MIN_KNOWN:.0%}): a map fitted on them would map UNK's"
+            )
 
 
 def neighbour_overlap(a: np.ndarray, b: np.ndarray, rows: np.ndarray, k: int) -> float:
@@ -159,6 +238,8 @@ def drift(
 ) -> DriftReport:
     """Compare bundle ``new`` with ``old`` on ``events`` (see the module docstring); the overlap
     uses ``sample`` entities drawn with ``seed`` (all of them when fewer)."""
+    positive_int("k", k)
+    positive_int("sample", sample)
     _, y, x = paired(old, new, events, as_of)
     lineage = new.lineage
     mapped = lineage is not None and lineage[0].parent_space == space_id(old.meta)
@@ -182,12 +263,8 @@ def drift(
         f"p{q}": float(np.quantile(cos, q / 100)) for q in (5, 50, 95)
     }
     mean_shift = float(np.abs(shift).mean())
-    if cosine["mean"] >= SAME and overlap >= SAME:
-        verdict = "same"
-    elif cosine["mean"] >= MIN_COSINE and mean_shift <= MAX_SHIFT:
-        verdict = "compatible"
-    else:
-        verdict = "incompatible"
+    known = known_items({"old": old, "new": new}, events, as_of)
+    verdict, why = verdict_of(cosine["mean"], overlap, mean_shift, known)
     return DriftReport(
         old=old.meta.name,
         new=new.meta.name,
@@ -201,6 +278,8 @@ def drift(
         max_shift=float(np.abs(shift).max()),
         std_ratio=(float(ratio.min()), float(ratio.max())),
         verdict=verdict,
+        why=why,
+        known=known,
         dimensions=[
             {"mean_old": float(a), "mean_new": float(b), "std_old": float(c), "std_new": float(d)}
             for a, b, c, d in zip(y.mean(0), x.mean(0), std_old, std_new, strict=True)

@@ -71,7 +71,7 @@ class Encoder(LoadedBundle):
             batch_size, max_tokens: at most this many histories and padded positions per forward
                 pass (neither changes the result).
             output: ``"pandas"`` (columns ``entity_id``, ``embedding`` (float32 arrays),
-                ``n_events``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
+                ``n_events_read``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
                 columns as the Parquet export, counts in the schema metadata), ``"numpy"`` or
                 ``"torch"`` (an :class:`Embeddings`).
             on_empty: what to do with an entity whose events all lie after ``as_of``.

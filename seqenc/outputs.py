@@ -23,7 +23,8 @@ class Embeddings:
     Attributes:
         entity_ids: original ids (int64 or object array of str), ascending.
         embeddings: ``[n, d]`` float32 (numpy array or torch tensor).
-        n_events: events of each history fed to the model.
+        n_events_read: events of each history the model read (its newest, at most the
+            bundle's ``history_len``; an entity may have more events up to ``as_of``).
         last_event_time: ``datetime64[us]`` UTC of each entity's last event (NaT without times).
         n_unknown_items: events whose item is not in the vocabulary (encoded as UNK or a bucket).
         n_skipped: entities left out for having no event at or before ``as_of``.
@@ -32,14 +33,16 @@ class Embeddings:
 
     entity_ids: np.ndarray
     embeddings: np.ndarray | torch.Tensor
-    n_events: np.ndarray
+    n_events_read: np.ndarray
     last_event_time: np.ndarray
     n_unknown_items: int
     n_skipped: int
     n_unknown_categorical: dict[str, int] = field(default_factory=dict)
 
 
-def entity_table(entity_ids: pa.Array, n_events: np.ndarray, last: np.ndarray | None) -> pa.Table:
+def entity_table(
+    entity_ids: pa.Array, n_events_read: np.ndarray, last: np.ndarray | None
+) -> pa.Table:
     """The entity columns of every embedding output; ``last`` (epoch seconds of each entity's
     newest event) is ``None`` for a log without times (null ``last_event_time``)."""
     time_type = pa.timestamp("us", tz="UTC")
@@ -51,7 +54,7 @@ def entity_table(entity_ids: pa.Array, n_events: np.ndarray, last: np.ndarray | 
     return pa.table(
         {
             "entity_id": entity_ids,
-            "n_events": pa.array(np.asarray(n_events).astype(np.int32)),
+            "n_events_read": pa.array(np.asarray(n_events_read).astype(np.int32)),
             "last_event_time": last_time,
         }
     )
@@ -127,7 +130,7 @@ def embedding_output(
         return Embeddings(
             entity_ids=columns["entity_id"].to_numpy(zero_copy_only=False),
             embeddings=torch.from_numpy(embeddings) if output == "torch" else embeddings,
-            n_events=columns["n_events"].to_numpy(),
+            n_events_read=columns["n_events_read"].to_numpy(),
             last_event_time=columns["last_event_time"].cast(pa.timestamp("us")).to_numpy(False),
             **{k: counts[k] for k in ("n_unknown_items", "n_skipped", "n_unknown_categorical")},
         )

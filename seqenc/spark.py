@@ -67,7 +67,7 @@ def encode(
 
     Returns:
         A DataFrame with ``entity_id`` (the entity column's type), ``embedding`` (array<float>),
-        ``n_events`` (int, events fed to the model) and ``last_event_time`` (timestamp), in no
+        ``n_events_read`` (int, events the model read: at most ``history_len``) and ``last_event_time`` (timestamp), in no
         particular order.
     """
     events_per_call = _check_options(backend, on_empty, events_per_call, chunk_events)
@@ -135,7 +135,7 @@ def _output_type(entity_type: Any) -> Any:
         [
             T.StructField("entity_id", entity_type),
             T.StructField("embedding", T.ArrayType(T.FloatType(), containsNull=False)),
-            T.StructField("n_events", T.IntegerType()),
+            T.StructField("n_events_read", T.IntegerType()),
             T.StructField("last_event_time", T.TimestampType()),
         ]
     )
@@ -180,7 +180,7 @@ def _encode_partition(
         columns = {
             "entity_id": out["entity_id"].cast(table.schema.field(entity).type),
             "embedding": out["embedding"].cast(pa.list_(pa.float32())),
-            "n_events": out["n_events"],
+            "n_events_read": out["n_events_read"],
             "last_event_time": out["last_event_time"],
         }
         yield from pa.table(columns).to_batches()

@@ -191,7 +191,7 @@ def test_probe_rejects_bad_input():
         probe(x, np.r_[np.ones(3, int), np.zeros(37, int)])
     with pytest.raises(SeqencError, match="single class"):
         probe(x, np.zeros(40, int))
-    with pytest.raises(SeqencError, match="label_column"):
+    with pytest.raises(SeqencError, match=r"column\(s\) \['y'\] not found in the labels"):
         probe(pd.DataFrame({"entity_id": [1]}), pd.DataFrame({"entity_id": [1]}), label_column="y")
     with pytest.raises(SeqencError, match="do not align"):
         probe(x, y[:-1])
@@ -277,7 +277,8 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
         main(["--labels", str(labels), "--label-column", "nope", "--embeddings", str(emb)])
     assert exit_.value.code == 1
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"seqenc probe: error: labels {str(labels)!r} have no column 'nope'"
+        f"seqenc probe: error: labels {str(labels)!r}: column(s) ['nope'] not found in the "
+        "labels; available columns: ['entity_id', 'account_type', 'planted']"
     ]
 
 

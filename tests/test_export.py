@@ -57,7 +57,7 @@ def test_export_matches_encode_with_schema_and_metadata(setup, tmp_path):
         [
             ("entity_id", pa.large_string()),
             ("embedding", pa.list_(pa.float32(), 16)),
-            ("n_events", pa.int32()),
+            ("n_events_read", pa.int32()),
             ("last_event_time", pa.timestamp("us", tz="UTC")),
         ]
     )
@@ -74,7 +74,7 @@ def test_export_matches_encode_with_schema_and_metadata(setup, tmp_path):
     want = encoder.encode(events)
     assert got.entity_id.tolist() == want.entity_id.tolist()  # every entity exactly once
     np.testing.assert_allclose(np.stack(got.embedding), np.stack(want.embedding), atol=1e-5)
-    np.testing.assert_array_equal(got.n_events, want.n_events)
+    np.testing.assert_array_equal(got.n_events_read, want.n_events_read)
     assert (got.last_event_time == want.last_event_time).all()
 
 

@@ -247,7 +247,7 @@ def test_the_export_of_a_spark_directory_counts_each_event_once(setup, tmp_path)
     out = export.export_embeddings(bundle, tmp_path / "logs", tmp_path / "a.parquet", **OPTIONS)
     want = export.export_embeddings(bundle, source, tmp_path / "b.parquet", **OPTIONS)
     got, want = pd.read_parquet(out), pd.read_parquet(want)
-    assert got.n_events.sum() == want.n_events.sum() and len(got) == len(want)
+    assert got.n_events_read.sum() == want.n_events_read.sum() and len(got) == len(want)
 
 
 # ---- 10. the same file twice ---------------------------------------------------------------------

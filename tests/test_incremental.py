@@ -53,7 +53,7 @@ def with_newcomers(old: pd.DataFrame, new: pd.DataFrame, n: int = 4) -> tuple:
 
 def assert_matches(got, want) -> None:
     assert list(got.entity_ids) == list(want.entity_ids)
-    assert np.array_equal(got.n_events, want.n_events)
+    assert np.array_equal(got.n_events_read, want.n_events_read)
     assert np.array_equal(got.last_event_time, want.last_event_time)
     assert np.abs(got.embeddings - want.embeddings).max() <= TOL
 

@@ -66,11 +66,11 @@ def test_two_calls_are_identical_despite_dropout(encoder, events):
 
 def test_columns_against_pandas_reference(encoder, events):
     df = encoder.encode(events)
-    assert list(df.columns) == ["entity_id", "embedding", "n_events", "last_event_time"]
+    assert list(df.columns) == ["entity_id", "embedding", "n_events_read", "last_event_time"]
     counts = events.groupby("entity_id").size()
     last = events.groupby("entity_id").timestamp.max()
     assert df.entity_id.tolist() == sorted(counts.index)  # ascending ids
-    np.testing.assert_array_equal(df.n_events, np.minimum(counts.loc[df.entity_id], 24))
+    np.testing.assert_array_equal(df.n_events_read, np.minimum(counts.loc[df.entity_id], 24))
     np.testing.assert_array_equal(df.last_event_time, last.loc[df.entity_id].to_numpy())
     assert df.attrs["n_unknown_items"] == 0 and df.attrs["model"] == "tiny"
 

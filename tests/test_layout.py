@@ -16,6 +16,8 @@ LAYERS = [
         "seqenc.version",
         "seqenc.atomic",
         "seqenc.signals",
+        "seqenc.reading",  # bounded reads of the files seqenc loads
+        "seqenc.devices",  # what the machine has: every device and accelerator is resolved here
         "seqenc.cli_support",  # one-line errors for every command's main (onnx, probe, cli)
         "seqenc.metrics",
         "seqenc.model",

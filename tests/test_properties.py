@@ -10,7 +10,7 @@ files) and exported in random chunk sizes must give:
 - one row per entity, and each entity's embedding within 1e-5 of ``encode()`` on the log as one
   ordered DataFrame (chunking, row order and file split change nothing else);
 - ``as_of`` monotonicity: a later cut-off keeps every entity of an earlier one with at least as
-  many events, and ``n_events`` is the number of events at or before the cut-off (up to max_len);
+  many events, and ``n_events_read`` is the number of events at or before the cut-off (up to max_len);
 - input files byte for byte as they were.
 
 Times are multiples of 0.25 s (of 1 s as datetime64[s]), exact in every unit and as float seconds;
@@ -225,7 +225,7 @@ def test_export_one_row_per_entity_chunking_and_order_independent(
     np.testing.assert_allclose(
         np.stack(everything["embedding"]), np.stack(reference["embedding"]), rtol=1e-5, atol=1e-5
     )
-    np.testing.assert_array_equal(everything["n_events"], reference["n_events"])
+    np.testing.assert_array_equal(everything["n_events_read"], reference["n_events_read"])
 
     kind = log["time_kind"]
     early, late = (export(seconds(q, kind), f"as_of-{q}.parquet") for q in (cut, later))
@@ -233,9 +233,9 @@ def test_export_one_row_per_entity_chunking_and_order_independent(
     for q, got in ((cut, early), (later, late)):
         counts = keys[log["tick"] <= q].value_counts().clip(upper=MAX_LEN).sort_index()
         assert list(got.index) == list(counts.index)  # entities with an event at or before as_of
-        np.testing.assert_array_equal(got["n_events"], counts.to_numpy())
+        np.testing.assert_array_equal(got["n_events_read"], counts.to_numpy())
     assert set(early.index) <= set(late.index)
-    assert (late.loc[early.index, "n_events"] >= early["n_events"]).all()
+    assert (late.loc[early.index, "n_events_read"] >= early["n_events_read"]).all()
     assert digests(files) == before
 
 

@@ -60,7 +60,7 @@ def assert_same(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     np.testing.assert_allclose(
         np.stack(got["embedding"]), np.stack(expected["embedding"]), atol=1e-5, rtol=0
     )
-    assert got["n_events"].tolist() == expected["n_events"].tolist()
+    assert got["n_events_read"].tolist() == expected["n_events_read"].tolist()
     expected_micros = expected["last_event_time"].dt.as_unit("us").astype("int64")
     assert got["last_event_time"].tolist() == expected_micros.tolist()
 
@@ -73,7 +73,7 @@ def test_equals_encode_whatever_the_partitioning(spark, setup, num_partitions, c
     out = seqenc_spark.encode(
         shuffled.repartition(5), bundle, num_partitions=num_partitions, chunk_events=chunk_events
     )
-    assert out.columns == ["entity_id", "embedding", "n_events", "last_event_time"]
+    assert out.columns == ["entity_id", "embedding", "n_events_read", "last_event_time"]
     assert_same(collect(out), expected)
 
 

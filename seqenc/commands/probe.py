@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
+from seqenc.atomic import atomic_file, file_target
+from seqenc.data.events import check_column_names
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, compare
 from seqenc.evaluate.features import check_id_kinds
+from seqenc.evaluate.labels import check_label_columns, describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,29 +56,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.json:
+        file_target(args.json)  # before the probes run
     table = _run(args)
     print(format_table(table))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(table.to_dict(orient="records"), f, indent=1)
+        with atomic_file(args.json) as tmp:
+            Path(tmp).write_text(json.dumps(table.to_dict(orient="records"), indent=1))
 
 
 def _read_table(path: str, what: str) -> pd.DataFrame:
+    """A Parquet or CSV table as read (a column named twice stays twice, to be refused by the
+    column check, where pandas would rename or pick one)."""
     try:
-        return pd.read_parquet(path) if not path.endswith(".csv") else pd.read_csv(path)
-    except (OSError, ValueError) as e:
-        raise SeqencError(f"cannot read {what} {path!r}: {e}") from e
+        table = pacsv.read_csv(path) if path.endswith(".csv") else pq.ParquetFile(path).read()
+        return table.to_pandas()
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise SeqencError(f"cannot read {what} {path!r}: {' '.join(str(e).split())}") from e
 
 
 def _run(args: argparse.Namespace) -> pd.DataFrame:
     if not args.embeddings and not args.events:
         raise SeqencError("give --embeddings, --events or both")
     labels = _read_table(args.labels, "labels")
-    for column in (args.entity, args.label_column):
-        if column not in labels.columns:
-            raise SeqencError(f"labels {args.labels!r} have no column {column!r}")
     per_row = args.as_of_column in labels.columns
     on = [args.entity, args.as_of_column] if per_row else [args.entity]
+    try:
+        check_label_columns(labels, args.label_column, on)
+    except SeqencError as e:
+        raise SeqencError(f"labels {args.labels!r}: {e}") from None
     sets: dict[str, pd.DataFrame] = {}
     if args.events:
         schema = EventSchema(
@@ -88,10 +101,7 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
         check_id_kinds(labels, sets["aggregates"], args.entity, "events'")
     if args.embeddings:
         emb = _read_table(args.embeddings, "embeddings").rename(columns={"entity_id": args.entity})
-        if "embedding" not in emb.columns or args.entity not in emb.columns:
-            raise SeqencError(
-                f"embeddings {args.embeddings!r} need {args.entity!r} and 'embedding'"
-            )
+        check_column_names(emb.columns, [args.entity, "embedding"], f"{args.embeddings!r}")
         check_id_kinds(labels, emb, args.entity, f"embeddings' ({args.embeddings})")
         if per_row and args.as_of_column not in emb.columns:
             # One embedding per entity (one cut-off): it serves every label row of the entity.
@@ -124,4 +134,6 @@ def format_table(table: pd.DataFrame) -> str:
         )
     constant = [f"{m} {table[m + '_constant'].iloc[0]:.4f}" for m in metrics]
     lines.append(f"{'':<7} {'constant predictor':<22} " + "  ".join(constant))
+    if "label_rows" in table.attrs:
+        lines.append(describe(table.attrs["label_rows"]))
     return "\n".join(lines)

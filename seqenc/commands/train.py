@@ -13,14 +13,18 @@ from pathlib import Path
 
 import torch
 import yaml
+from jsonargparse import Namespace
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
+from seqenc.atomic import writable_directory
 from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.cli_support import default_logger_classes, run_user_command
 from seqenc.compat_cli import align_after_fit, check_parent_bundle
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
+from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig
 from seqenc.module import SeqencModule
@@ -60,6 +64,7 @@ class SeqencCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         self._args = args  # kept to tell the options given from the defaults (_parse_ckpt_path)
         super().parse_arguments(parser, args)
+        self.check_before_start()
 
     def _parse_ckpt_path(self) -> None:
         """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
@@ -85,13 +90,30 @@ class SeqencCLI(LightningCLI):
             config.data.vocabs_from = config.data.get("vocabs_from") or config.model.init_from
 
     def before_fit(self) -> None:
-        check_parent_bundle(self.config.fit.get("compatible_with"))  # fails before training
         if self.model.encoder.head is not None:  # fine-tuning: the label loss picks the checkpoint
             for callback in self.trainer.callbacks:
                 if getattr(callback, "monitor", None) == MONITOR:
                     callback.monitor = LABEL_MONITOR
         if self.trainer.is_global_zero:
             print(self.datamodule.vocabs.describe())
+
+    def check_before_start(self) -> None:
+        """What fails before anything is seeded or built (so before Lightning's banner): a seed
+        out of range, an accelerator the machine lacks, a run directory that cannot be written,
+        an unreadable parent bundle."""
+        config = self.config[self.config["subcommand"]]
+        seed = config.get("seed_everything")
+        if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
+            raise SeqencError(f"seed_everything must lie in [0, 2**32), got {seed}")
+        trainer = config.trainer
+        check_accelerator(trainer.accelerator, trainer.devices)
+        for directory in _run_directories(trainer):
+            writable_directory(directory, "run directory")
+        check_parent_bundle(config.get("compatible_with"))
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        with trainer_options():
+            return super().instantiate_trainer(**kwargs)
 
     def after_fit(self) -> None:
         writer = next(c for c in self.trainer.callbacks if isinstance(c, WriteBundle))
@@ -102,6 +124,17 @@ class SeqencCLI(LightningCLI):
             print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
             print(f"bundle: {writer.path}")
             align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
+
+
+def _run_directories(trainer: Namespace) -> list[str]:
+    """Where a run writes: the trainer's root directory and each logger's ``save_dir``."""
+    loggers = trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]
+    saved = [
+        logger.init_args.get("save_dir")
+        for logger in loggers
+        if isinstance(logger, Namespace) and isinstance(logger.get("init_args"), Namespace)
+    ]
+    return [trainer.default_root_dir or ".", *(d for d in saved if d)]
 
 
 # Keys renamed when the lengths got their names, the model its encoder section and the item

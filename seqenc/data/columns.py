@@ -8,6 +8,9 @@ point in time (``as_of``) with the same rules as the timestamp column.
 
 from __future__ import annotations
 
+import decimal
+import numbers
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -266,7 +269,11 @@ def epoch_seconds(value: object) -> float:
             number = float(value)
         except ValueError:
             pass
-    if isinstance(number, (int, float, np.integer, np.floating)):
+    if isinstance(number, (numbers.Real, decimal.Decimal)):  # as the timestamp column reads them
+        try:
+            number = float(number)
+        except (ValueError, OverflowError) as e:
+            raise SeqencError(f"cannot read {value!r} as a point in time: {e}") from e
         if not np.isfinite(number):
             raise SeqencError(f"time must be finite, got {value!r}")
         if abs(number) > MAX_EPOCH_SECONDS:

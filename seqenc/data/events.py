@@ -28,7 +28,15 @@ from seqenc.data.paths import PARQUET_SUFFIXES, expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 
-__all__ = ["DEFAULT_SCHEMA", "EventScan", "Events", "Source", "epoch_seconds", "read_events"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "EventScan",
+    "Events",
+    "Source",
+    "check_column_names",
+    "epoch_seconds",
+    "read_events",
+]
 
 SCAN_ROWS = 1 << 18  # rows per block when streaming files
 DEFAULT_SCHEMA = EventSchema()  # frozen, so safe as a shared default argument
@@ -121,10 +129,22 @@ def _sharded(table: pa.Table, schema: EventSchema, shard: Shard | None) -> pa.Ta
 
 
 def _check_columns(available: Sequence[str], schema: EventSchema, where: str) -> None:
-    missing = [c for c in schema.columns if c not in available]
+    """The one check of an input's column names, for every input form: each column the schema
+    reads must be there, once."""
+    check_column_names(available, schema.columns, where)
+
+
+def check_column_names(available: Sequence[object], wanted: Sequence[str], where: str) -> None:
+    """Each of ``wanted`` must be among ``available`` exactly once: a missing column, or one
+    given twice (which of the two would be read?), is refused naming it."""
+    names = list(available)
+    missing = [c for c in wanted if c not in names]
     if missing:
+        raise SeqencError(f"column(s) {missing} not found in {where}; available columns: {names}")
+    twice = [c for c in wanted if names.count(c) > 1]
+    if twice:
         raise SeqencError(
-            f"column(s) {missing} not found in {where}; available columns: {list(available)}"
+            f"column(s) {twice} appear more than once in {where}: rename or drop the extra one(s)"
         )
 
 

@@ -14,10 +14,10 @@ from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.events import Source
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.vocab import Vocabularies
+from seqenc.devices import torch_device
 from seqenc.encoding.batches import iter_batches
 from seqenc.encoding.options import MAX_TOKENS
 from seqenc.encoding.store import Counts, entity_columns, sequences
-from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
 
@@ -33,19 +33,10 @@ class LoadedBundle:
     backend: Backend | None = None
 
     def __post_init__(self) -> None:
+        self.device = torch_device(self.device)
         self.model = self.model.to(self.device).eval()
         if self.backend is None:
             self.backend = TorchBackend(self.model, self.device)
-
-
-def device_of(device: str | torch.device | None) -> torch.device:
-    """``device``, or CUDA when available, else the CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except RuntimeError as e:
-        raise SeqencError(f"unknown device {device!r}: {e}") from e
 
 
 def load_on(
@@ -56,9 +47,10 @@ def load_on(
 ) -> LoadedBundle:
     """The bundle at ``path`` on ``device`` with its ``backend`` (:func:`runtime_backend`)."""
     check_backend(backend)  # before loading anything
+    device = torch_device(device)
     model, meta, vocabs = load_bundle(path)
     runtime = runtime_backend(backend, path, meta, onnx)
-    return LoadedBundle(model, meta, vocabs, device_of(device), runtime)
+    return LoadedBundle(model, meta, vocabs, device, runtime)
 
 
 def embed_store(

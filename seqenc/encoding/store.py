@@ -111,7 +111,7 @@ def sequences(
 
 
 def entity_columns(store: SequenceStore, rows: np.ndarray, history_len: int) -> pa.Table:
-    """``entity_id``, ``n_events`` (history length fed to the model: at most ``history_len``) and
+    """``entity_id``, ``n_events_read`` (the events of the history the model read: the newest, at most ``history_len``) and
     ``last_event_time`` of store ``rows``; ``last_event_time`` is null when the log has no times."""
     ends = store.offsets[rows + 1]
     return entity_table(

@@ -1,7 +1,6 @@
-"""The probes: linear (logistic / multinomial logistic regression or ridge, scaled, the
-regularisation strength searched inside each training fold) or trees (scikit-learn's histogram
-gradient boosting, the model most feature pipelines retrain: its leaf count chosen on a held-out part
-of each training fold, the number of trees by early stopping there too), k-fold cross-validated."""
+"""The probes, k-fold cross-validated: linear (logistic regression or ridge, scaled, strength searched
+inside each training fold) or trees (histogram gradient boosting, what most feature pipelines
+retrain: leaf count chosen on a held-out part of each training fold, trees by early stopping)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc.errors import SeqencError
+from seqenc.evaluate.labels import label_rows
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
 Model = Literal["linear", "trees"]
@@ -45,7 +45,8 @@ def _sklearn():
 @dataclass
 class ProbeResult:
     """Per-fold scores of one probe. ``folds[metric]`` has one value per fold; ``baseline`` holds
-    what a constant predictor scores on the same folds (majority class accuracy, AUC 0.5, R² ≤ 0)."""
+    what a constant predictor scores on the same folds (majority class accuracy, AUC 0.5, R² ≤ 0);
+    ``label_rows`` what became of the label rows (:func:`~seqenc.evaluate.labels.label_rows`)."""
 
     task: str
     n_rows: int
@@ -53,6 +54,7 @@ class ProbeResult:
     classes: list = field(default_factory=list)
     folds: dict[str, np.ndarray] = field(default_factory=dict)
     baseline: dict[str, float] = field(default_factory=dict)
+    label_rows: dict[str, int] = field(default_factory=dict)  # given, dropped by cause, used
 
     def mean(self, metric: str) -> float:
         return float(np.mean(self.folds[metric]))
@@ -101,36 +103,46 @@ def _align(
     labels: pd.DataFrame | pd.Series | np.ndarray,
     label_column: str | None,
     on: Sequence[str] | None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels as row-aligned ``X``, ``y``; rows with a null label are dropped."""
-    if isinstance(labels, pd.DataFrame):
-        if label_column is None or label_column not in labels.columns:
-            raise SeqencError(
-                f"label_column {label_column!r} is not a column of labels: {list(labels.columns)}"
-            )
-        labels = labels[labels[label_column].notna()]
-        if not isinstance(features, pd.DataFrame):
-            raise SeqencError("labels given as a table need features as a table with key columns")
-        keys = list(on) if on is not None else [c for c in features.columns if c in labels.columns]
-        keys = [k for k in keys if k != label_column]
-        missing = [k for k in keys if k not in labels.columns or k not in features.columns]
-        if not keys or missing:
-            raise SeqencError(
-                f"cannot join features and labels on {keys or 'no common column'}: "
-                f"features have {list(features.columns)[:8]}, labels {list(labels.columns)}"
-            )
-        joined = labels[keys + [label_column]].merge(features, on=keys, how="inner")
-        if joined.empty:
-            raise SeqencError(f"no label row matches a feature row on {keys}")
-        return feature_matrix(joined, exclude=[*keys, label_column]), joined[
-            label_column
-        ].to_numpy()
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Row-aligned ``X``, ``y`` and the counts of :func:`~seqenc.evaluate.labels.label_rows`."""
+    if not isinstance(labels, pd.DataFrame):
+        return _align_arrays(features, labels)
+    if not isinstance(features, pd.DataFrame):
+        raise SeqencError("labels given as a table need features as a table with key columns")
+    keys = list(on) if on is not None else [c for c in features.columns if c in labels.columns]
+    keys = [k for k in keys if k != label_column] if on is None else keys
+    rows, counts = label_rows(labels, str(label_column), keys)
+    missing = [k for k in keys if k not in features.columns]
+    if not keys or missing:
+        raise SeqencError(
+            f"cannot join features and labels on {keys or 'no common column'}: "
+            f"features have {list(features.columns)[:8]}, labels {list(labels.columns)}"
+        )
+    twice = features.duplicated(keys).to_numpy()
+    if twice.any():
+        key = features[keys][twice].iloc[0].to_dict()
+        raise SeqencError(f"features have more than one row for {key}: one row per key")
+    joined = rows.merge(features, on=keys, how="inner")
+    if joined.empty:
+        raise SeqencError(f"no label row matches a feature row on {keys}")
+    counts |= {"no_features": len(rows) - len(joined), "used": len(joined)}
+    x = feature_matrix(joined, exclude=[*keys, label_column])
+    return x, joined[label_column].to_numpy(), counts
+
+
+def _align_arrays(
+    features: pd.DataFrame | np.ndarray, labels: pd.Series | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """:func:`_align` for labels given as an array aligned with the feature rows."""
     x = features if isinstance(features, np.ndarray) else feature_matrix(features)
     y = np.asarray(labels)
     if x.ndim != 2 or len(x) != len(y):
         raise SeqencError(f"features {x.shape} and labels ({len(y)},) do not align")
-    keep = ~pd.isna(y)
-    return x[keep].astype(float), y[keep]
+    rows, counts = label_rows(
+        pd.DataFrame({"row": np.arange(len(y)), "label": y}), "label", ["row"]
+    )
+    kept = rows["row"].to_numpy()
+    return x[kept].astype(float), y[kept], counts | {"no_features": 0, "used": len(kept)}
 
 
 def _infer_task(y: np.ndarray) -> str:
@@ -157,8 +169,10 @@ def probe(
             or array-valued feature columns (e.g. :func:`encode`'s ``entity_id`` + ``embedding``,
             or :func:`aggregate_features`).
         labels: an array aligned with ``features``, or a table joined to it on ``on`` (default:
-            the columns both tables have) with the target in ``label_column``. Rows with a null
-            label or no feature row are dropped.
+            the columns both tables have) with the target in ``label_column``, checked by
+            :func:`~seqenc.evaluate.labels.label_rows`: rows with a null label, repeated rows
+            and rows with no feature row are dropped and counted (``label_rows``); an infinite
+            label or two labels for one key are refused.
         task: ``"binary"`` / ``"multiclass"`` (logistic regression, multinomial for more than two
             classes; ROC-AUC (one-vs-rest macro for multiclass) and accuracy) or ``"regression"``
             (ridge; R²). ``"auto"``: regression for non-integral floats, else classes.
@@ -175,15 +189,17 @@ def probe(
     sets differ fold by fold only by their features (paired differences).
     """
     metrics = _sklearn()[2]
-    x, y = _align(features, labels, label_column, on)
+    if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
+        raise SeqencError(f"n_splits (folds) must be an integer >= 2, got {n_splits!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    x, y, counts = _align(features, labels, label_column, on)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
     search = estimator(task, model, n_splits, seed)[1]
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for train, test in splits:
-        with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
-            warnings.simplefilter("ignore", FutureWarning)
-            search.fit(x[train], y[train])
+        _fit(search, x[train], y[train])
         for name, value in _scores(metrics, task, search, x[test], y[test]).items():
             folds.setdefault(name, []).append(value)
         for name, value in _baseline(metrics, task, y[train], y[test]).items():
@@ -195,6 +211,7 @@ def probe(
         classes=classes,
         folds={k: np.asarray(v) for k, v in folds.items()},
         baseline={k: float(np.mean(v)) for k, v in base.items()},
+        label_rows=counts,
     )
 
 
@@ -204,12 +221,27 @@ def cv_folds(
     """The folds :func:`probe` scores on, for labels ``y`` in row order: ``(task, coded y, classes,
     [(train rows, test rows)] per fold)``. A model trained outside the probe (a fine-tuned
     encoder) is scored on the same held-out rows by :func:`prediction_scores`."""
+    if len(y) < n_splits:
+        raise SeqencError(f"{len(y)} labelled row(s) cannot make {n_splits} folds")
     task = _infer_task(y) if task == "auto" else task
     if task not in ("binary", "multiclass", "regression"):
         raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
     codes, classes = _label_codes(task, y, n_splits)
     splitter = estimator(task, "linear", n_splits, seed)[0]
     return task, codes, classes, list(splitter.split(np.zeros((len(codes), 1)), codes))
+
+
+def _fit(search, x: np.ndarray, y: np.ndarray) -> None:
+    """Fit a probe on a training fold; one too small for the inner splits is one line."""
+    try:
+        with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
+            warnings.simplefilter("ignore", FutureWarning)
+            search.fit(x, y)
+    except ValueError as e:
+        raise SeqencError(
+            f"a training fold of {len(y)} rows is too small for the probe's inner splits: "
+            f"{' '.join(str(e).split())} (give more label rows or fewer folds)"
+        ) from e
 
 
 def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, list]:
@@ -232,8 +264,7 @@ def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, l
 
 def estimator(task: str, model: str, n_splits: int = 5, seed: int = 0):
     """The outer k-fold splitter and the estimator :func:`probe` fits on each training fold (its
-    hyperparameters searched inside that fold only): for a caller that fits on one feature set and
-    scores another (e.g. embeddings of two model versions)."""
+    hyperparameters searched inside that fold only)."""
     if model not in MODELS:
         raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
     ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
@@ -334,10 +365,13 @@ def compare(
 ) -> pd.DataFrame:
     """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
     (``a+b``), on the rows all of them cover, so the scores compare like with like. One row per
-    model and feature set."""
-    labelled = labels[labels[label_column].notna()][[*on, label_column]]
+    model and feature set; ``attrs["label_rows"]`` counts the label rows given, dropped (by
+    cause: ``null_label``, ``duplicate``, ``no_features``) and used."""
+    labelled, counts = label_rows(labels, label_column, list(on))
+    given = len(labelled)
     for frame in feature_sets.values():
-        labelled = labelled.merge(frame[list(on)], on=list(on), how="inner")
+        labelled = labelled.merge(frame[list(on)].drop_duplicates(), on=list(on), how="inner")
+    counts |= {"no_features": given - len(labelled), "used": len(labelled)}
     sets = dict(feature_sets)
     names = list(feature_sets)
     for i, a in enumerate(names):
@@ -361,4 +395,6 @@ def compare(
             | result.summary()
             | {f"{k}_constant": v for k, v in result.baseline.items()}
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["label_rows"] = counts
+    return table

@@ -26,6 +26,7 @@ from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.compat import space_map
 from seqenc.data.events import epoch_seconds
 from seqenc.data.paths import expand_paths, would_read
+from seqenc.devices import check_accelerator, trainer_options
 from seqenc.encoding.options import ON_EMPTY, check_choice, positive_int
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
@@ -187,16 +188,18 @@ def _trainer(
                 f"backend='onnxruntime' runs on the CPU, not accelerator={accelerator!r}"
             )
         accelerator = "cpu"
-    return pl.Trainer(
-        accelerator=accelerator,
-        devices=devices,
-        strategy=strategy,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-    )
+    check_accelerator(accelerator, devices)
+    with trainer_options(quiet=True):
+        return pl.Trainer(
+            accelerator=accelerator,
+            devices=devices,
+            strategy=strategy,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            use_distributed_sampler=False,
+        )
 
 
 def _report(stats: PartitionBatches | None, as_of: object, output: Path) -> None:

@@ -31,7 +31,7 @@ def output_schema(
         [
             ("entity_id", entity_type),
             ("embedding", embedding_type(dim)),
-            ("n_events", pa.int32()),
+            ("n_events_read", pa.int32()),
             ("last_event_time", pa.timestamp("us", tz="UTC")),
             *prediction_fields(head),
         ],
