@@ -101,7 +101,7 @@ class SeqencCLI(LightningCLI):
         """What fails before anything is seeded or built (so before Lightning's banner): a seed
         out of range, an accelerator the machine lacks, a run directory that cannot be written,
         an unreadable parent bundle."""
-        config = self.config[self.config["subcommand"]]
+        config = self.config.get(self.config.get("subcommand"), self.config)  # run=False: flat
         seed = config.get("seed_everything")
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise SeqencError(f"seed_everything must lie in [0, 2**32), got {seed}")
