@@ -22,9 +22,7 @@ threshold of ``loss: auto``). Writes ``benchmarks/results/scale.md`` (``scale_cr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import io
 import json
 import os
 import resource
@@ -42,7 +40,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_train import cpu_name, matmul_gflops  # noqa: E402
+from bench_train import build, cpu_name, matmul_gflops  # noqa: E402
 
 from seqenc.atomic import write_text  # noqa: E402
 
@@ -91,22 +89,10 @@ def write_log(path: Path, n_events: int, n_items: int, seed: int = 0) -> Path:
     return path
 
 
-def build(path: Path, extra: list[str]):
+def build_clicks(path: Path, extra: list[str]):
     """The module and data module ``seqenc fit --config configs/clicks.yaml`` would build."""
-    from seqenc.commands.train import SeqencCLI
-    from seqenc.data.datamodule import SequenceDataModule
-    from seqenc.module import SeqencModule
-
     args = ["--config", str(ROOT / "configs/clicks.yaml"), "--data.path", str(path)]
-    args += ["--data.history_len", "64", *extra]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        cli = SeqencCLI(
-            SeqencModule,
-            SequenceDataModule,
-            run=False,
-            args=args,
-            trainer_defaults={"logger": False, "enable_checkpointing": False},
-        )
+    cli = build([*args, "--data.history_len", "64", *extra])
     return cli.model, cli.datamodule
 
 
@@ -153,7 +139,7 @@ def run_cell(args: argparse.Namespace) -> dict:
     warnings.filterwarnings("ignore")
     path = write_log(args.data / f"log_{args.cell[0]}_{args.cell[1]}.parquet", *args.cell)
     start = time.perf_counter()
-    model, data = build(path, args.extra)
+    model, data = build_clicks(path, args.extra)
     data.setup("fit")
     built = time.perf_counter() - start
     spent, events = train_steps(model, data, args.steps)

@@ -133,21 +133,28 @@ def data_path(case: Case, small: Path) -> Path | str:
     return path
 
 
+def build(args: list[str]) -> SeqencCLI:
+    """``seqenc fit``'s parser over ``args``, not run: its model, data module and trainer are what
+    the command would train (built quietly, without a logger)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        cli = SeqencCLI(
+            SeqencModule,
+            SequenceDataModule,
+            run=False,
+            args=args,
+            trainer_defaults={"logger": False, "enable_checkpointing": False},
+        )
+    return cli
+
+
 class Timed:
     """A case built as ``seqenc fit`` builds it, with its sample of training batches."""
 
     def __init__(self, case: Case, path: Path, steps: int) -> None:
         args = [a for c in case.configs for a in ("--config", str(ROOT / "configs" / f"{c}.yaml"))]
         args += ["--data.path", str(path), *case.args]
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            cli = SeqencCLI(
-                SeqencModule,
-                SequenceDataModule,
-                run=False,
-                args=args,
-                trainer_defaults={"logger": False, "enable_checkpointing": False},
-            )
-        self.data, self.model = cli.datamodule, cli.model
+        cli = build(args)
+        self.model, self.data = cli.model, cli.datamodule
         self.data.setup("fit")
         epoch = sorted(self.data.train_dataloader(), key=lambda b: b.items.shape[1])
         self.epoch_steps = len(epoch)
