@@ -152,6 +152,16 @@ def filter_setting(config: dict, overrides: list[str]) -> str:
     return "default" if value is None else str(value).lower()
 
 
+def data_options(extra: list[str]) -> dict:
+    """The ``--data.<key> <value>`` pairs among the runs' overrides, as DataModule arguments."""
+    pairs = zip(extra, extra[1:], strict=False)
+    return {
+        flag.removeprefix("--data."): yaml.safe_load(value)
+        for flag, value in pairs
+        if flag.startswith("--data.") and "." not in flag.removeprefix("--data.")
+    }
+
+
 def baselines(config: dict, data: dict, filter_seen: bool) -> dict[str, float]:
     """Both baselines on the test split the runs are evaluated on (same DataModule arguments)."""
     args = {**config.get("data", {}), **data}
@@ -386,7 +396,8 @@ def main() -> None:
         variants = [v for v in args.variants if v in set(runs.variant)]
         sub = runs[(runs.dataset == name) & runs.variant.isin(variants)]
         filt = filter_setting(config, args.extra + VARIANTS[reference])
-        base = {seen: baselines(config, data[name], seen == "filtered") for seen in SEEN}
+        options = data[name] | data_options(args.extra)  # what the runs read, overrides included
+        base = {seen: baselines(config, options, seen == "filtered") for seen in SEEN}
         stop = config.get("early_stopping", {})
         sections.append(
             table(
