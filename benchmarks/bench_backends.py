@@ -34,14 +34,14 @@ import pyspark
 import torch
 from bench_encode import cpu_name
 
-from seqenc import spark as seqenc_spark
 from seqenc.atomic import write_text
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.data.synthetic import generate_events
+from seqenc.encoding import spark as seqenc_spark
+from seqenc.encoding.onnx import export_onnx
 from seqenc.export import export_embeddings
 from seqenc.inference import load_encoder
-from seqenc.onnx import export_onnx
 from seqenc.testing import random_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def main() -> None:
             parquet, batch_size=BATCH_SIZE
         ),
         "torch `seqenc embed` export (Parquet → Parquet)": run_export,
-        f"Spark local[{CORES}] `seqenc.spark.encode` ({SPARK_PARTITIONS} partitions, → Parquet)": run_spark,
+        f"Spark local[{CORES}] `seqenc.encoding.spark.encode` ({SPARK_PARTITIONS} partitions, → Parquet)": run_spark,
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
     outputs: dict[str, pd.DataFrame] = {}

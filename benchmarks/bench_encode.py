@@ -112,7 +112,7 @@ def onnx_encoder(bundle: Path) -> Encoder | None:
     try:
         import onnxruntime  # noqa: F401
 
-        from seqenc.onnx import export_onnx
+        from seqenc.encoding.onnx import export_onnx
     except ImportError:
         return None
     export_onnx(bundle)

@@ -120,7 +120,7 @@ def train_steps(model, data, steps: int) -> tuple[float, int]:
 
 def test_time(model, data, limit: int | None) -> tuple[float, int]:
     """(seconds, entities) of the full-ranking test over every entity (or the first ``limit``)."""
-    from seqenc.metrics import RankingMetrics
+    from seqenc.training.metrics import RankingMetrics
 
     model.eval()
     metrics, entities = RankingMetrics(), 0

@@ -48,7 +48,7 @@ from seqenc.atomic import write_text
 from seqenc.commands.train import SeqencCLI
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
-from seqenc.module import SeqencModule
+from seqenc.training.module import SeqencModule
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = "sasrec_ml1m"

@@ -25,11 +25,11 @@ import torch
 import yaml
 from time_ablation import DATASETS, ROOT, SEEN, VARIANTS, baselines, prepare, read_config
 
-from seqenc.checkpoint import load_checkpoint
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
-from seqenc.metrics import RankingMetrics
-from seqenc.module import SeqencModule
+from seqenc.training.checkpoint import load_checkpoint
+from seqenc.training.metrics import RankingMetrics
+from seqenc.training.module import SeqencModule
 
 METRICS = ("ndcg@10", "hr@1", "mrr")
 DATA_KEYS = ("path", "format", "history_len", "min_len", "eval_batch_size")

@@ -11,7 +11,7 @@ One command (after the trainings below; the map is fitted here, in seconds)::
 Ta-Feng (labelled): version 1 trained on the events up to 2000-12-31, version 2 (one bundle per
 seed) on those up to 2001-01-31 (``configs/tafeng.yaml`` + ``configs/account_embeddings.yaml``).
 Each version-2 bundle is aligned to version 1 on version 2's training events with every map kind
-(the pairs of :func:`seqenc.drift.history_pairs`, as ``seqenc align`` fits them). Every labelled customer is embedded at its label's cut-off by every
+(the pairs of :func:`seqenc.evaluate.drift.history_pairs`, as ``seqenc align`` fits them). Every labelled customer is embedded at its label's cut-off by every
 model. Per task and probe (linear, trees; the probes of :mod:`seqenc.evaluate.probe`), 5-fold CV:
 a probe fitted on version 1's embeddings of the training fold scores the test fold on version 1,
 on raw version 2 and on mapped version 2; version 2's own probe (fitted and scored on version 2)
@@ -40,12 +40,12 @@ import numpy as np
 import pandas as pd
 
 from seqenc.atomic import atomic_file
+from seqenc.compat.parent_map import KINDS, fit_with_stats
 from seqenc.data.loaders import load_dataset
-from seqenc.drift import drift, history_pairs
 from seqenc.evaluate import embed_at
+from seqenc.evaluate.drift import drift, history_pairs
 from seqenc.evaluate.probe import estimator
 from seqenc.inference import Encoder, load_encoder
-from seqenc.parent_map import KINDS, fit_with_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TAFENG = ROOT / "runs/tafeng_data"
@@ -83,7 +83,7 @@ def aligned(new: Encoder, old: Encoder, pairs: tuple, kind: str) -> tuple[Encode
     """``new`` with a map of ``kind`` to ``old`` fitted on ``pairs`` (:func:`history_pairs`, as
     ``seqenc align`` fits them; not written to disk: the benchmark compares kinds), and the fit
     statistics."""
-    from seqenc.compat import Lineage, space_id
+    from seqenc.compat.lineage import Lineage, space_id
 
     x, y, counts = pairs
     fitted, stats = fit_with_stats(x, y, kind)

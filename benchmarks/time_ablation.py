@@ -5,7 +5,7 @@ overrides and the variant's model overrides, trained to the end of its schedule 
 off); the test metrics of the checkpoint the config keeps (``early_stopping.keep``: the best
 validation one or the last epoch's) are compared across variants with the per-seed
 (paired) difference to a reference variant, next to popularity and "repeat the most recent distinct
-items" on the same leave-one-out split (:mod:`seqenc.baselines`).
+items" on the same leave-one-out split (:mod:`seqenc.training.baselines`).
 
     python benchmarks/time_ablation.py                                  # the full grid, 5 seeds
     python benchmarks/time_ablation.py --datasets bpic2013 --variants default no_time \\
@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from seqenc.baselines import baseline_metrics
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
+from seqenc.training.baselines import baseline_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"

@@ -18,7 +18,7 @@ _WHERE = {
     "DataSpec": "seqenc.data.spec",
     "Encoder": "seqenc.inference",
     "EventSchema": "seqenc.data.schema",
-    "SeqencModule": "seqenc.module",
+    "SeqencModule": "seqenc.training.module",
     "SequenceDataModule": "seqenc.data.datamodule",
     "SequenceStore": "seqenc.data.sequences",
     "build_sequences": "seqenc.data.sequences",

@@ -52,12 +52,12 @@ COMMANDS = {
     "align": Command(
         "NEW OLD --events PATH [--kind ridge|mlp|blend|orthogonal]",
         "map NEW's embeddings into OLD's space (fit --compatible_with OLD does it after training)",
-        "seqenc.compat_cli:align",
+        "seqenc.commands.compat:align",
     ),
     "drift": Command(
         "OLD NEW --events PATH [--json FILE]",
         "compare two versions: cosine, neighbours, per-dimension shift, verdict",
-        "seqenc.compat_cli:drift",
+        "seqenc.commands.compat:drift",
     ),
 }
 

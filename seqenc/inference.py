@@ -20,24 +20,26 @@ import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta
-from seqenc.compat import Lineage, load_lineage, select_space, tag_space
+from seqenc.compat.lineage import Lineage, load_lineage, select_space, tag_space
+from seqenc.compat.parent_map import ParentMap
 from seqenc.data.batches import Batch
 from seqenc.data.events import Source
 from seqenc.encoding import MAX_TOKENS, OUTPUTS, LoadedBundle, encode_events, iter_batches, load_on
 from seqenc.encoding.options import check_choice
+from seqenc.encoding.outputs import Embeddings, embedding_output
 from seqenc.encoding.store import sequences
 from seqenc.errors import SeqencError
-from seqenc.incremental import build_state, state_output, update_state
-from seqenc.outputs import Embeddings, embedding_output
-from seqenc.parent_map import ParentMap
-from seqenc.state import EncoderState, load_state
+from seqenc.incremental.state import EncoderState, load_state
+from seqenc.incremental.update import build_state, state_output, update_state
 
 
 class Encoder(LoadedBundle):
     """A loaded bundle on a device (``Encoder(model, meta, vocabs, device, backend=None)``); see
     :func:`load_encoder`."""
 
-    lineage: tuple[Lineage, ParentMap] | None = None  # the map to the parent space (seqenc.compat)
+    lineage: tuple[Lineage, ParentMap] | None = (
+        None  # the map to the parent space (seqenc.compat.lineage)
+    )
 
     @property
     def dim(self) -> int:
@@ -77,7 +79,7 @@ class Encoder(LoadedBundle):
             on_empty: what to do with an entity whose events all lie after ``as_of``.
             space: ``"native"`` (this model's space) or ``"parent"``: through the map that
                 ``seqenc align`` / ``fit --compatible_with`` stored, into the space of the bundle
-                this one was aligned to (:mod:`seqenc.compat`). ``parent`` (that bundle's meta or
+                this one was aligned to (:mod:`seqenc.compat.lineage`). ``parent`` (that bundle's meta or
                 space id, e.g. an export's ``seqenc.space_id``) refuses a map to another space.
                 The space is in the arrow metadata and pandas attrs.
         """
@@ -96,7 +98,7 @@ class Encoder(LoadedBundle):
         on_empty: Literal["raise", "skip"] = "raise",
     ) -> EncoderState:
         """Encode ``events`` keeping what :meth:`update` needs to extend each history (causal
-        models; see :mod:`seqenc.incremental`). The embeddings: ``state_output``, or the next
+        models; see :mod:`seqenc.incremental.update`). The embeddings: ``state_output``, or the next
         :meth:`update`. Runs the torch model in float32 whatever the backend."""
         return build_state(self, events, as_of, on_empty)
 

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-from seqenc.baselines import baseline_metrics, item_counts, ranking_metrics, repeat_targets
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
 from seqenc.data.split import leave_one_out
 from seqenc.data.vocab import N_SPECIAL
-from seqenc.metrics import RankingMetrics
+from seqenc.training.baselines import baseline_metrics, item_counts, ranking_metrics, repeat_targets
+from seqenc.training.metrics import RankingMetrics
 
 SCHEMA = EventSchema(timestamp=None)
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 from tiny import SCHEMA, random_bundle, tiny_events
 
-from seqenc.baselines import BASKET_BASELINES, baseline_metrics
 from seqenc.data.baskets import (
     BASKET_SHARE,
     leave_one_basket_out,
@@ -25,12 +24,13 @@ from seqenc.data.spec import DataSpec
 from seqenc.data.split import full_view
 from seqenc.errors import SeqencError
 from seqenc.inference import load_encoder
-from seqenc.metrics import BasketMetrics
 from seqenc.model.baskets import basket_mask, next_basket_labels
 from seqenc.model.batch import PAD
 from seqenc.model.encoder import Block, EncoderConfig, SequenceEncoder
 from seqenc.model.objectives import Causal
-from seqenc.run_options import resolve_encoder
+from seqenc.training.baselines import BASKET_BASELINES, baseline_metrics
+from seqenc.training.metrics import BasketMetrics
+from seqenc.training.run_options import resolve_encoder
 
 TOL = 1e-5
 # three baskets of entity "a" (times 1, 2, 3), two events of entity "b" at distinct times
@@ -266,7 +266,7 @@ def test_the_basket_rule_changes_nothing_on_a_log_without_ties():
 
 def test_the_onnx_graph_of_a_basket_model_equals_torch(tmp_path):
     pytest.importorskip("onnxruntime")
-    from seqenc.onnx import export_onnx
+    from seqenc.encoding.onnx import export_onnx
 
     events = daily(tiny_events(30, seed=5)).drop(columns=["line_a", "line_b"])
     path = random_bundle(tmp_path / "b", events, SCHEMA, 40, baskets=True)

@@ -20,7 +20,6 @@ from seqenc.bundle import (
     load_bundle,
     save_bundle,
 )
-from seqenc.checkpoint import bundle_from_checkpoint
 from seqenc.cli import main as cli_main
 from seqenc.data.batches import collate
 from seqenc.data.datamodule import SequenceDataModule
@@ -29,7 +28,8 @@ from seqenc.data.spec import DataSpec
 from seqenc.data.split import full_view
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.module import SeqencModule
+from seqenc.training.checkpoint import bundle_from_checkpoint
+from seqenc.training.module import SeqencModule
 
 
 def _embed(encoder: SequenceEncoder, events: pd.DataFrame, vocabs, max_len: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from seqenc.callbacks import ConfiguredEarlyStopping
+from seqenc.training.callbacks import ConfiguredEarlyStopping
 
 
 def trainer(metrics: dict) -> SimpleNamespace:

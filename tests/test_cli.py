@@ -402,8 +402,8 @@ def test_a_checkpoint_written_before_the_encoder_section_resumes(tmp_path, monke
     """A checkpoint as seqenc wrote it before the lengths were named: flat model options (None for
     the automatic ones), ``max_len`` in the encoder configuration and the data spec. It resumes
     with its own options (d_model 8) and turns into a bundle."""
-    from seqenc.checkpoint import bundle_from_checkpoint
     from seqenc.inference import load_encoder
+    from seqenc.training.checkpoint import bundle_from_checkpoint
 
     events, last = trained(tmp_path, monkeypatch, capsys)
     ckpt = torch.load(last, weights_only=True)

@@ -16,11 +16,11 @@ from tiny import tiny_bundle, tiny_events
 
 from seqenc.bundle import file_sha256
 from seqenc.cli import main
-from seqenc.compat import LINEAGE_FILE, MAP_FILE, load_lineage, save_lineage, space_id
-from seqenc.drift import align, cutoffs, drift, neighbour_overlap
+from seqenc.compat.lineage import LINEAGE_FILE, MAP_FILE, load_lineage, save_lineage, space_id
+from seqenc.compat.parent_map import ALPHAS, choose_alpha, fit_map, fit_with_stats
 from seqenc.errors import SeqencError
+from seqenc.evaluate.drift import align, cutoffs, drift, neighbour_overlap
 from seqenc.inference import load_encoder
-from seqenc.parent_map import ALPHAS, choose_alpha, fit_map, fit_with_stats
 
 
 def reweighted(bundle: Path, target: Path, seed: int) -> Path:

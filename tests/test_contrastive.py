@@ -14,7 +14,7 @@ from seqenc.model.batch import Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import compute_loss
-from seqenc.module import SeqencModule
+from seqenc.training.module import SeqencModule
 
 SPEC = DataSpec(
     EventSchema(categorical=("position",), numeric=("offset",)),

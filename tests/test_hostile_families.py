@@ -32,8 +32,8 @@ from tiny import SCHEMA, tiny_bundle, tiny_events
 from seqenc.bundle import file_sha256
 from seqenc.cli import main as cli_main
 from seqenc.data.events import read_events
-from seqenc.drift import align, drift
 from seqenc.errors import SeqencError
+from seqenc.evaluate.drift import align, drift
 from seqenc.inference import load_encoder
 
 SETTINGS = settings(

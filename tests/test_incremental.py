@@ -11,7 +11,7 @@ import pytest
 from tiny import SCHEMA, ml100k, random_bundle, tiny_events
 
 from seqenc.errors import SeqencError
-from seqenc.incremental import update_state
+from seqenc.incremental.update import update_state
 from seqenc.inference import Encoder, load_encoder
 
 MAX_LEN = 40

@@ -19,36 +19,45 @@ LAYERS = [
         "seqenc.reading",  # bounded reads of the files seqenc loads
         "seqenc.devices",  # what the machine has: every device and accelerator is resolved here
         "seqenc.cli_support",  # one-line errors for every command's main (onnx, probe, cli)
-        "seqenc.metrics",
+        "seqenc.training.metrics",
         "seqenc.model",
     ],
     ["seqenc.data"],
-    ["seqenc.bundle", "seqenc.checkpoint", "seqenc.testing", "seqenc.baselines"],
-    ["seqenc.parent_map", "seqenc.compat"],  # a space's map to its parent, the lineage (issue 31)
+    ["seqenc.bundle", "seqenc.training.checkpoint", "seqenc.testing", "seqenc.training.baselines"],
+    ["seqenc.compat"],  # a space's map to its parent (parent_map), the lineage (lineage)
     [
-        "seqenc.module",
-        "seqenc.run_options",
-        "seqenc.callbacks",
-        "seqenc.backends",
-        "seqenc.outputs",
-        "seqenc.state",
-        "seqenc.ties",
-        "seqenc.merge",
+        "seqenc.training",  # the LightningModule, its options and callbacks
+        "seqenc.encoding.backends",
+        "seqenc.encoding.outputs",
+        "seqenc.incremental.state",
+        "seqenc.incremental.ties",
+        "seqenc.incremental.merge",
     ],
     ["seqenc.encoding"],  # the encoding core: every encode path calls it
-    ["seqenc.incremental"],
+    ["seqenc.incremental"],  # the run over cached keys (update)
     ["seqenc.inference"],  # the Encoder facade over the core and incremental encoding
-    ["seqenc.drift", "seqenc.compat_cli"],  # two versions: align, drift report, commands
-    ["seqenc.export", "seqenc.evaluate", "seqenc.spark", "seqenc.onnx"],
+    [
+        "seqenc.export",
+        "seqenc.evaluate",  # probes, features and the drift report between two versions
+        "seqenc.encoding.spark",
+        "seqenc.encoding.onnx",
+    ],
     ["seqenc.cli", "seqenc.commands"],
 ]
 
 
 def layer(module: str) -> int:
-    for i, names in enumerate(LAYERS):
-        if any(module == n or module.startswith(n + ".") for n in names):
-            return i
-    raise AssertionError(f"{module} has no layer in tests/test_layout.py: add it")
+    """The layer of the most specific name in LAYERS that is ``module`` or a package above it
+    (``seqenc.encoding.spark`` sits above the rest of ``seqenc.encoding``)."""
+    found = [
+        (len(n), i)
+        for i, names in enumerate(LAYERS)
+        for n in names
+        if module == n or module.startswith(n + ".")
+    ]
+    if not found:
+        raise AssertionError(f"{module} has no layer in tests/test_layout.py: add it")
+    return max(found)[1]
 
 
 def modules() -> dict[str, Path]:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from seqenc.metrics import RankingMetrics, target_ranks
+from seqenc.training.metrics import RankingMetrics, target_ranks
 
 
 def test_ranks_hand_computed():

@@ -14,7 +14,7 @@ from seqenc.model.encoder import EncoderConfig
 from seqenc.model.masking import IGNORE
 from seqenc.model.objectives import Causal
 from seqenc.model.optim import RowSparseAdamW
-from seqenc.module import SeqencModule
+from seqenc.training.module import SeqencModule
 
 # 10 real items + 3 specials = 13 ids, with time, no event features
 SPEC = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), history_len=8)
@@ -108,7 +108,7 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
     """``loss: auto`` by catalogue size (the threshold moved to 10 real items here), saved
     resolved; under the sampled term the item table gets a sparse gradient, which the module's
     clipping and optimiser take, and the step changes only the rows the batch read."""
-    import seqenc.run_options as run_options
+    import seqenc.training.run_options as run_options
 
     assert SeqencModule(SPEC, encoder=SMALL).loss == "ce"
     monkeypatch.setattr(run_options, "SAMPLED_FROM_ITEMS", 10)
@@ -145,7 +145,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     masking options with the masked objective, where they apply)."""
     import inspect
 
-    from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, SHAPE_OPTIONS
+    from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, SHAPE_OPTIONS
 
     def shapes(**options) -> dict:
         encoder = EncoderConfig(**{k: v for k, v in options.items() if k in ENCODER_FIELDS})

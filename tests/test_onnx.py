@@ -15,13 +15,13 @@ from tiny import SCHEMA, ml100k, random_bundle, tiny_events
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from seqenc.backends import OnnxRuntimeBackend  # noqa: E402
 from seqenc.cli import main as cli_main  # noqa: E402
+from seqenc.encoding.backends import OnnxRuntimeBackend  # noqa: E402
+from seqenc.encoding.onnx import export_onnx  # noqa: E402
 from seqenc.errors import SeqencError  # noqa: E402
 from seqenc.inference import load_encoder  # noqa: E402
 from seqenc.model.batch import Batch  # noqa: E402
 from seqenc.model.encoder import EncoderConfig  # noqa: E402
-from seqenc.onnx import export_onnx  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MAX_LEN = 12

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import seqenc.model.ranking as ranking
-from seqenc.metrics import target_ranks
 from seqenc.model.ranking import NextItemScorer
+from seqenc.training.metrics import target_ranks
 
 N_ITEMS, B, L, D = 1000, 6, 5, 8
 

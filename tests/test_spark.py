@@ -15,8 +15,8 @@ pytest.importorskip("pyspark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime", allow_module_level=True)
 
-from seqenc import spark as seqenc_spark  # noqa: E402
 from seqenc.data.schema import EventSchema  # noqa: E402
+from seqenc.encoding import spark as seqenc_spark  # noqa: E402
 from seqenc.errors import SeqencError  # noqa: E402
 from seqenc.inference import load_encoder  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from seqenc.checkpoint import bundle_from_checkpoint
+from seqenc.training.checkpoint import bundle_from_checkpoint
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from seqenc.backends import BACKENDS, ONNX_FILE
-from seqenc.compat import SPACES
+from seqenc.compat.lineage import SPACES
 from seqenc.encoding import ON_EMPTY
+from seqenc.encoding.backends import BACKENDS, ONNX_FILE
 from seqenc.errors import SeqencError
 
 
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"ONNX graph for --backend onnxruntime (default <model>/{ONNX_FILE})",
     )
-    parser.add_argument(  # seqenc.compat
+    parser.add_argument(  # seqenc.compat.lineage
         "--space",
         choices=SPACES,
         default="native",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from seqenc.backends import ONNX_FILE
-from seqenc.onnx import export_onnx
+from seqenc.encoding.backends import ONNX_FILE
+from seqenc.encoding.onnx import export_onnx
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

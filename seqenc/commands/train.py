@@ -1,4 +1,4 @@
-"""``seqenc fit|validate|test``: LightningCLI over :class:`~seqenc.module.SeqencModule` and
+"""``seqenc fit|validate|test``: LightningCLI over :class:`~seqenc.training.module.SeqencModule` and
 :class:`~seqenc.data.datamodule.SequenceDataModule`, with the run folder, checkpoints and bundle
 set up, resume options checked, old option names answered in one line, and a curated ``--help``
 (``--help-all`` for LightningCLI's full list)."""
@@ -19,16 +19,16 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from seqenc.atomic import writable_directory
-from seqenc.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.cli_support import default_logger_classes, run_user_command
-from seqenc.compat_cli import align_after_fit, check_parent_bundle
+from seqenc.commands.compat import align_after_fit, check_parent_bundle
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig
-from seqenc.module import SeqencModule
-from seqenc.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
+from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.training.module import SeqencModule
+from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
 
 MONITOR = "val/ndcg@10"
 LABEL_MONITOR = "val/score"  # with data.labels: minus the label loss of the held-out entities
@@ -50,7 +50,7 @@ class SeqencCLI(LightningCLI):
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
-        parser.add_argument(  # seqenc.compat: after fit, map the new space to OLD's
+        parser.add_argument(  # seqenc.compat.lineage: after fit, map the new space to OLD's
             "--compatible_with", type=str | None, default=None, help="OLD bundle to stay usable for"
         )
         parser.set_defaults(
@@ -68,7 +68,7 @@ class SeqencCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
-        line or in a config file (:func:`~seqenc.run_options.resume_options`: a changed learning rate or
+        line or in a config file (:func:`~seqenc.training.run_options.resume_options`: a changed learning rate or
         dropout applies, a changed ``d_model`` is refused). Lightning's own lets the checkpoint's
         override every given option, silently."""
         subcommand = self.config.get("subcommand")

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class Jagged:
     """Rows of different lengths stored flat, as an Arrow ListArray is: row ``i`` owns positions
     ``offsets[i]:offsets[i + 1]`` of every per-position array, oldest first. The one such structure
-    (:class:`SequenceStore`, the incremental :class:`~seqenc.state.EncoderState`)."""
+    (:class:`SequenceStore`, the incremental :class:`~seqenc.incremental.state.EncoderState`)."""
 
     offsets: np.ndarray  # [n + 1] int64
     timestamps: np.ndarray  # [P] float64 epoch seconds

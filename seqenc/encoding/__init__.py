@@ -2,8 +2,8 @@
 output columns and counts, and the checks of the options that steer it.
 
 Every way to encode goes through here and holds no copy of its parts: :class:`seqenc.inference.Encoder`
-(the Python API), the Parquet export (:mod:`seqenc.export`), Spark (:mod:`seqenc.spark`) and
-incremental encoding (:mod:`seqenc.incremental`, which depends on this core, not on ``Encoder``).
+(the Python API), the Parquet export (:mod:`seqenc.export`), Spark (:mod:`seqenc.encoding.spark`) and
+incremental encoding (:mod:`seqenc.incremental.update`, which depends on this core, not on ``Encoder``).
 
 - :mod:`~seqenc.encoding.options`: the option values and their one-line checks.
 - :mod:`~seqenc.encoding.store`: events → a :class:`~seqenc.data.sequences.SequenceStore` with the

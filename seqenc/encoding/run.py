@@ -9,12 +9,12 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from seqenc.backends import Backend, TorchBackend, check_backend, runtime_backend
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.data.events import Source
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.vocab import Vocabularies
 from seqenc.devices import torch_device
+from seqenc.encoding.backends import Backend, TorchBackend, check_backend, runtime_backend
 from seqenc.encoding.batches import iter_batches
 from seqenc.encoding.options import MAX_TOKENS
 from seqenc.encoding.store import Counts, entity_columns, sequences

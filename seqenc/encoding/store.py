@@ -16,8 +16,8 @@ from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
 from seqenc.data.vocab import Vocabularies
 from seqenc.encoding.options import ON_EMPTY, check_choice
+from seqenc.encoding.outputs import entity_table
 from seqenc.errors import SeqencError
-from seqenc.outputs import entity_table
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Counts:
     """What one call met: every output carries the first three (pandas attrs, arrow metadata,
-    :class:`~seqenc.outputs.Embeddings`, the incremental state's ``stats``).
+    :class:`~seqenc.encoding.outputs.Embeddings`, the incremental state's ``stats``).
 
     Attributes:
         n_unknown_items: events whose item is not in the vocabulary (encoded as UNK or a bucket).

@@ -21,19 +21,19 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
-from seqenc.backends import check_backend, runtime_backend
 from seqenc.bundle import BundleMeta, load_bundle
-from seqenc.compat import space_map
+from seqenc.compat.lineage import space_map
 from seqenc.data.events import epoch_seconds
 from seqenc.data.paths import expand_paths, would_read
 from seqenc.devices import check_accelerator, trainer_options
+from seqenc.encoding.backends import check_backend, runtime_backend
 from seqenc.encoding.options import ON_EMPTY, check_choice, positive_int
+from seqenc.encoding.outputs import file_metadata
 from seqenc.errors import SeqencError
 from seqenc.export.partition import partition_of
 from seqenc.export.predict import EmbeddingModule, ExportDataModule, PartitionBatches
 from seqenc.export.scratch import Scratch
 from seqenc.export.writer import ParquetPredictionWriter, output_schema
-from seqenc.outputs import file_metadata
 from seqenc.signals import sigterm_raises
 
 __all__ = ["export_embeddings", "output_schema", "partition_of"]
@@ -102,7 +102,7 @@ def export_embeddings(
         backend, onnx: ``"torch"`` or ``"onnxruntime"`` (on the CPU, with the graph ``onnx``,
             default ``<model>/model.onnx``, written by ``seqenc onnx``).
         space, parent: ``"parent"`` writes the embeddings through the bundle's map into its parent's
-            space (:meth:`Encoder.encode <seqenc.inference.Encoder.encode>`, :mod:`seqenc.compat`);
+            space (:meth:`Encoder.encode <seqenc.inference.Encoder.encode>`, :mod:`seqenc.compat.lineage`);
             the metadata names the space written.
 
     Returns:

@@ -21,13 +21,14 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from seqenc.backends import Backend, embed_batch
 from seqenc.bundle import BundleMeta
+from seqenc.compat.parent_map import ParentMap
 from seqenc.data.batches import Batch
 from seqenc.data.duplicates import duplicated_newest
 from seqenc.data.events import epoch_seconds
 from seqenc.data.vocab import Vocabularies
 from seqenc.encoding import Counts, entity_columns, iter_batches, sequences
+from seqenc.encoding.backends import Backend, embed_batch
 from seqenc.export.partition import (
     count_events,
     entity_type,
@@ -36,7 +37,6 @@ from seqenc.export.partition import (
 )
 from seqenc.export.scratch import Scratch
 from seqenc.model.encoder import SequenceEncoder
-from seqenc.parent_map import ParentMap
 
 
 class PartitionBatches(IterableDataset):
@@ -159,7 +159,7 @@ class ExportDataModule(pl.LightningDataModule):
 class EmbeddingModule(pl.LightningModule):
     """The bundle's encoder as a LightningModule whose ``predict_step`` gives ``[B, d]`` float32;
     with a ``backend`` (ONNX Runtime) that runs the forward pass instead, and through ``to_parent``
-    (:mod:`seqenc.compat`) when the export writes the parent's space."""
+    (:mod:`seqenc.compat.lineage`) when the export writes the parent's space."""
 
     def __init__(
         self,

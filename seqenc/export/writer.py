@@ -15,9 +15,14 @@ from tqdm.auto import tqdm
 
 from seqenc.atomic import move_into_place
 from seqenc.data.batches import Batch
+from seqenc.encoding.outputs import (
+    embedding_type,
+    prediction_fields,
+    with_embeddings,
+    with_predictions,
+)
 from seqenc.export.scratch import Scratch
 from seqenc.model.head import SupervisedHead
-from seqenc.outputs import embedding_type, prediction_fields, with_embeddings, with_predictions
 
 
 def output_schema(

@@ -35,7 +35,7 @@ class EncoderConfig:
     """Architecture of a :class:`SequenceEncoder`.
 
     The fields the data decides (``n_items``, ``n_positions``, ``categorical_sizes``,
-    ``n_numeric``) and ``causal`` (the objective's) are set by :class:`~seqenc.module.SeqencModule`
+    ``n_numeric``) and ``causal`` (the objective's) are set by :class:`~seqenc.training.module.SeqencModule`
     from the data; ``n_items=0`` means not set yet, and a model cannot be built from it.
 
     Attributes:
@@ -56,7 +56,7 @@ class EncoderConfig:
             ``|t_i - t_j|`` (TiSASRec / HSTU style); SDPA then cannot use the Flash kernel.
         repeat_head: score items of the entity's own history by a copy attention mixed in through
             a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (the default):
-            :class:`~seqenc.module.SeqencModule` decides from the data; a bare encoder has none.
+            :class:`~seqenc.training.module.SeqencModule` decides from the data; a bare encoder has none.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -320,7 +320,7 @@ class SequenceEncoder(nn.Module):
         state at the last real event; bidirectional, at a [MASK] appended after the history. ``pooling="mean"`` averages the real positions instead (including
         the appended MASK when bidirectional); :func:`~seqenc.model.readout.entity_readout` is the
         rule. An empty history gives a finite vector. ``traced``: only the branches a trace can
-        follow (:mod:`seqenc.onnx`): the [MASK] column is always appended and the last block runs
+        follow (:mod:`seqenc.encoding.onnx`): the [MASK] column is always appended and the last block runs
         every position; the same values.
         """
         query = readout_objective(self.config.causal, self.config.baskets).query(

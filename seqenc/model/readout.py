@@ -2,7 +2,7 @@
 
 The one readout rule, used by :meth:`SequenceEncoder.entity_embedding
 <seqenc.model.encoder.SequenceEncoder.entity_embedding>`, the incremental cache
-(:func:`seqenc.model.cache.readout`) and the ONNX graph (:mod:`seqenc.onnx`): ``pooling="last"``
+(:func:`seqenc.model.cache.readout`) and the ONNX graph (:mod:`seqenc.encoding.onnx`): ``pooling="last"``
 takes the state at the newest real position, ``"mean"`` averages the real positions; then
 ``normalize`` scales it to unit L2 norm. Rows are gathered, never indexed by ``arange(batch)``, so a
 trace keeps the batch size dynamic.

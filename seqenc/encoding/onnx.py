@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from seqenc.atomic import atomic_file
-from seqenc.backends import ONNX_FILE
 from seqenc.bundle import BundleMeta, file_sha256, load_bundle
+from seqenc.encoding.backends import ONNX_FILE
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
 from seqenc.model.encoder import SequenceEncoder

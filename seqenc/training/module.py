@@ -15,7 +15,6 @@ from torch.optim.lr_scheduler import LambdaLR
 from seqenc.bundle import load_bundle
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
-from seqenc.metrics import BasketMetrics, RankingMetrics
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
@@ -26,7 +25,8 @@ from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
-from seqenc.run_options import (
+from seqenc.training.metrics import BasketMetrics, RankingMetrics
+from seqenc.training.run_options import (
     REPEAT_SHARE,
     check_options,
     resolve_encoder,
@@ -49,7 +49,7 @@ class SeqencModule(pl.LightningModule):
             :mod:`seqenc.model.objectives`.
         encoder: the encoder's options (:class:`~seqenc.model.encoder.EncoderConfig`; on the
             command line ``--model.encoder.d_model 64``). The fields the data decides are set from
-            ``spec`` (:func:`~seqenc.run_options.resolve_encoder`), ``time`` is on when the log has timestamps and
+            ``spec`` (:func:`~seqenc.training.run_options.resolve_encoder`), ``time`` is on when the log has timestamps and
             ``repeat_head`` ``None`` (the default) on for the causal objective when at least
             ``REPEAT_SHARE`` of the events repeat an earlier item of their entity
             (``spec.repeat_share``). :attr:`config` holds the resolved configuration, and so do
@@ -57,7 +57,7 @@ class SeqencModule(pl.LightningModule):
         loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (shared
             sampled candidates, logQ-corrected; cost independent of the catalogue), ``"bce"`` or
             ``"gbce"``. ``"auto"`` (the default): full softmax below ``SAMPLED_FROM_ITEMS`` real
-            items, sampled softmax from there (:func:`~seqenc.run_options.resolve_loss`; the fit
+            items, sampled softmax from there (:func:`~seqenc.training.run_options.resolve_loss`; the fit
             prints the choice). The repeat head's mixture takes ``"ce"`` or ``"sampled_softmax"``
             for its catalogue part. Saved resolved.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
@@ -79,7 +79,7 @@ class SeqencModule(pl.LightningModule):
             protocol); on logs where repeats are common, ranking them is the task. Saved
             resolved.
         ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
-            basket protocol, ``spec.baskets``: :class:`~seqenc.metrics.BasketMetrics`).
+            basket protocol, ``spec.baskets``: :class:`~seqenc.training.metrics.BasketMetrics`).
         init_from: a bundle whose encoder weights start the training (fine-tuning a
             self-supervised model; the CLI reads the data with its vocabularies). The architecture
             options must give the bundle's shapes, else one line says which differs.

@@ -1,8 +1,8 @@
 """Embeddings that survive a retrain: a bundle's lineage and its map to the parent's space.
 
 A retrained encoder (version 2) starts a new, unrelated embedding space, so a downstream model
-trained on version 1's embeddings gets noise from it. :func:`seqenc.drift.align` fits a map from
-version 2's space to version 1's (:mod:`seqenc.parent_map`), and this module stores it in version
+trained on version 1's embeddings gets noise from it. :func:`seqenc.evaluate.drift.align` fits a map from
+version 2's space to version 1's (:mod:`seqenc.compat.parent_map`), and this module stores it in version
 2's bundle with its lineage (``lineage.json``, ``parent_map.safetensors``: plain data, written
 atomically), so ``encode(..., space="parent")`` returns what a version-1 downstream model reads.
 Version 2's own space is untouched. :func:`load_lineage` refuses a lineage copied into another
@@ -21,8 +21,8 @@ from safetensors.torch import load_file, save_file
 
 from seqenc.atomic import atomic_file
 from seqenc.bundle import BundleMeta, file_sha256, finite_tensors, read_json
+from seqenc.compat.parent_map import ParentMap
 from seqenc.errors import SeqencError
-from seqenc.parent_map import ParentMap
 
 LINEAGE_FILE, MAP_FILE = "lineage.json", "parent_map.safetensors"
 SPACES = ("native", "parent")

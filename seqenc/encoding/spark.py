@@ -2,7 +2,7 @@
 :meth:`Encoder.encode <seqenc.inference.Encoder.encode>` on the same events (within float rounding)
 however the DataFrame is partitioned.
 
->>> from seqenc.spark import encode                               # doctest: +SKIP
+>>> from seqenc.encoding.spark import encode                               # doctest: +SKIP
 >>> out = encode(spark.read.parquet("events/"), "bundle", as_of="2024-06-01")  # doctest: +SKIP
 
 The events are hash-partitioned by entity and sorted inside each partition, so every entity lies
@@ -26,12 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from seqenc.backends import check_backend
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.encoding import ON_EMPTY, LoadedBundle, encode_events, load_on
+from seqenc.encoding.backends import check_backend
 from seqenc.encoding.options import check_choice, positive_int
+from seqenc.encoding.outputs import with_embeddings
 from seqenc.errors import SeqencError
-from seqenc.outputs import with_embeddings
 
 _BUNDLES: dict[tuple[str, str, str], LoadedBundle] = {}
 
@@ -119,7 +119,7 @@ def _check_options(
     check_choice("on_empty", on_empty, ON_EMPTY)
     if chunk_events is not None:
         warnings.warn(
-            "seqenc.spark.encode(chunk_events=...) is now events_per_call=...",
+            "seqenc.encoding.spark.encode(chunk_events=...) is now events_per_call=...",
             DeprecationWarning,
             stacklevel=3,
         )

@@ -30,12 +30,12 @@ from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
 from seqenc.encoding import MAX_TOKENS, Counts, LoadedBundle, sequences
+from seqenc.encoding.outputs import embedding_output, entity_table
 from seqenc.errors import SeqencError
-from seqenc.merge import Merge, merge, merged_windows, of
+from seqenc.incremental.merge import Merge, merge, merged_windows, of
+from seqenc.incremental.state import EncoderState, check_state, empty_state
+from seqenc.incremental.ties import tie_keys
 from seqenc.model.cache import KVCache, check_incremental, extend, readout
-from seqenc.outputs import embedding_output, entity_table
-from seqenc.state import EncoderState, check_state, empty_state
-from seqenc.ties import tie_keys
 
 
 @torch.inference_mode()

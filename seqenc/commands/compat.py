@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from seqenc.atomic import atomic_file, file_target
-from seqenc.compat import Lineage
-from seqenc.drift import CUTOFFS, align, drift
+from seqenc.compat.lineage import Lineage
+from seqenc.compat.parent_map import DEFAULT_KIND, KINDS
+from seqenc.evaluate.drift import CUTOFFS, align, drift
 from seqenc.inference import load_encoder
-from seqenc.parent_map import DEFAULT_KIND, KINDS
 
 
 def _describe(lineage: Lineage, bundle: str | Path) -> str:

@@ -9,7 +9,7 @@ Both rank the full catalogue with the model's metrics, so their figures sit besi
 
 Without baskets each target's rank comes from its history's distinct items (no score per item);
 under the basket protocol the three rank the target basket with
-:class:`~seqenc.metrics.BasketMetrics`. The history is the sample's whole input, not truncated to
+:class:`~seqenc.training.metrics.BasketMetrics`. The history is the sample's whole input, not truncated to
 ``history_len``: the same events the seen-item filter removes.
 """
 
@@ -23,7 +23,7 @@ import torch
 from seqenc.data.batches import target_sets
 from seqenc.data.split import SequenceView, flat_events
 from seqenc.data.vocab import N_SPECIAL
-from seqenc.metrics import BasketMetrics, RankingMetrics
+from seqenc.training.metrics import BasketMetrics, RankingMetrics
 
 BASELINES = ("popularity", "repeat")
 BASKET_BASELINES = ("popularity", "topfreq", "repeat")
@@ -129,9 +129,9 @@ def ranking_metrics(
     filter_seen: bool = False,
     reduce: Reduce | None = None,
 ) -> dict[str, float]:
-    """The metrics of :class:`~seqenc.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
+    """The metrics of :class:`~seqenc.training.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
     one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``; with target
-    baskets, those of :class:`~seqenc.metrics.BasketMetrics` (and ``"topfreq"`` too).
+    baskets, those of :class:`~seqenc.training.metrics.BasketMetrics` (and ``"topfreq"`` too).
 
     ``counts``: training item counts (:func:`item_counts`). ``filter_seen``: the honest filter,
     every item of the sample's history is removed from the ranking, the target included, so a
@@ -164,7 +164,7 @@ def ranking_metrics(
 def _basket_metrics(
     method: str, view: SequenceView, counts: np.ndarray, ks: Sequence[int], filter_seen: bool
 ) -> BasketMetrics:
-    """:class:`~seqenc.metrics.BasketMetrics` of one baseline, scored a block of samples at a time."""
+    """:class:`~seqenc.training.metrics.BasketMetrics` of one baseline, scored a block of samples at a time."""
     popularity = popularity_scores(counts)
     metrics = BasketMetrics(ks, sync_on_compute=False)  # summed by ``reduce`` only
     block = max(1, _BLOCK_CELLS // len(counts))
@@ -211,10 +211,10 @@ def baseline_metrics(
     ``train_view``, and the repeat share.
 
     Keys: ``popularity/<metric>`` and ``repeat/<metric>`` for every metric of
-    :class:`~seqenc.metrics.RankingMetrics`, ``n_repeat_targets`` (targets already in their
+    :class:`~seqenc.training.metrics.RankingMetrics`, ``n_repeat_targets`` (targets already in their
     history) and ``share_repeat_targets`` (their share of all targets). With target baskets:
     ``<baseline>/<metric>`` for the three baselines and every metric of
-    :class:`~seqenc.metrics.BasketMetrics`, and ``share_repeat_targets`` (the mean share of a
+    :class:`~seqenc.training.metrics.BasketMetrics`, and ``share_repeat_targets`` (the mean share of a
     basket's items already in its history).
 
     ``reduce`` (with ``n_items``, the vocabulary's size, so every process counts as many items):

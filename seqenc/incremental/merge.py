@@ -1,7 +1,7 @@
-"""How an incremental update merges a state's windows with new events (:mod:`seqenc.incremental`):
+"""How an incremental update merges a state's windows with new events (:mod:`seqenc.incremental.update`):
 per entity of the union, which positions of old ++ new stay (the newest ``history_len``), in the tie
-order ``encode`` uses (:mod:`seqenc.ties`), and where each is stored. Numpy only; the forward pass
-is :mod:`seqenc.incremental`'s."""
+order ``encode`` uses (:mod:`seqenc.incremental.ties`), and where each is stored. Numpy only; the forward pass
+is :mod:`seqenc.incremental.update`'s."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
 from seqenc.errors import SeqencError
-from seqenc.state import EVENT_FIELDS, EncoderState
-from seqenc.ties import tie_order
+from seqenc.incremental.state import EVENT_FIELDS, EncoderState
+from seqenc.incremental.ties import tie_order
 
 
 @dataclass

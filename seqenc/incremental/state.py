@@ -1,4 +1,4 @@
-"""The state of an incremental encode (:mod:`seqenc.incremental`) and its file: one safetensors
+"""The state of an incremental encode (:mod:`seqenc.incremental.update`) and its file: one safetensors
 file (arrays and a string header only, so loading runs no code), written under a temporary name
 and renamed.
 

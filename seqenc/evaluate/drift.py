@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from seqenc.compat import Lineage, save_lineage, space_id
+from seqenc.compat.lineage import Lineage, save_lineage, space_id
+from seqenc.compat.parent_map import DEFAULT_KIND, fit_with_stats
 from seqenc.data.columns import epoch_seconds
 from seqenc.data.events import read_events
 from seqenc.encoding.options import positive_int
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, load_encoder
 from seqenc.model.batch import UNK
-from seqenc.parent_map import DEFAULT_KIND, fit_with_stats
 
 MIN_COSINE, MAX_SHIFT = 0.5, 0.5
 # The least share of the events whose item both models know for a comparison (drift) or a parent

@@ -10,9 +10,9 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
-from seqenc.baselines import Reduce, baseline_metrics, baseline_names
 from seqenc.bundle import save_bundle
-from seqenc.checkpoint import bundle_from_checkpoint
+from seqenc.training.baselines import Reduce, baseline_metrics, baseline_names
+from seqenc.training.checkpoint import bundle_from_checkpoint
 
 
 class ConfiguredEarlyStopping(EarlyStopping):
@@ -100,7 +100,7 @@ def kept_checkpoint(trainer: pl.Trainer) -> str:
 class Baselines(Callback):
     """After ``test``, the trivial baselines on the same split and metrics: popularity and
     "repeat the most recent distinct items", and under the basket protocol "the entity's most
-    frequent items" (:mod:`seqenc.baselines`), printed beside the model's
+    frequent items" (:mod:`seqenc.training.baselines`), printed beside the model's
     figures and logged as ``baseline/<name>/<metric>``, with the share of repeated targets.
 
     When every process reads the whole log, the first computes them alone; when each holds its

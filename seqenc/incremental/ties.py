@@ -1,5 +1,5 @@
 """The tie rule of incremental encoding: new events at the same time as an entity's newest events
-in an :class:`~seqenc.state.EncoderState` are ordered among them as ``encode`` orders equal times
+in an :class:`~seqenc.incremental.state.EncoderState` are ordered among them as ``encode`` orders equal times
 (``schema.tie_order``), from the raw tie values the state keeps for its newest events."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
 from seqenc.errors import SeqencError
-from seqenc.state import EncoderState
+from seqenc.incremental.state import EncoderState
 
 
 def tie_keys(table: pa.Table, schema: EventSchema, ref: float | None, like: pa.Schema) -> pa.Table:
