@@ -19,27 +19,33 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from seqenc.bundle import BundleMeta
-from seqenc.compat.lineage import Lineage, load_lineage, select_space, tag_space
-from seqenc.compat.parent_map import ParentMap
 from seqenc.data.batches import Batch
 from seqenc.data.events import Source
-from seqenc.encoding import MAX_TOKENS, OUTPUTS, LoadedBundle, encode_events, iter_batches, load_on
+from seqenc.encoding import (
+    OUTPUTS,
+    EncodeOptions,
+    Encoding,
+    LoadedBundle,
+    encode_options,
+    iter_batches,
+    last_step,
+    load_on,
+)
+from seqenc.encoding.backends import autocast
 from seqenc.encoding.options import check_choice
-from seqenc.encoding.outputs import Embeddings, embedding_output
-from seqenc.encoding.store import sequences
+from seqenc.encoding.outputs import Embeddings
 from seqenc.errors import SeqencError
 from seqenc.incremental.state import EncoderState, load_state
 from seqenc.incremental.update import build_state, state_output, update_state
 
+Output = Literal["pandas", "numpy", "torch", "arrow"]
+
 
 class Encoder(LoadedBundle):
-    """A loaded bundle on a device (``Encoder(model, meta, vocabs, device, backend=None)``); see
-    :func:`load_encoder`."""
-
-    lineage: tuple[Lineage, ParentMap] | None = (
-        None  # the map to the parent space (seqenc.compat.lineage)
-    )
+    """A loaded bundle on a device (``Encoder(model, meta, vocabs, device, backend=None,
+    lineage=None)``); see :func:`load_encoder`. Every method takes an
+    :class:`~seqenc.encoding.EncodeOptions`, or its fields by name (``as_of=...``,
+    ``on_empty=...``, ``space=...``)."""
 
     @property
     def dim(self) -> int:
@@ -49,75 +55,65 @@ class Encoder(LoadedBundle):
         m = self.meta
         return f"Encoder(name={m.name!r}, objective={m.objective!r}, dim={m.dim}, device={self.device})"
 
-    @torch.inference_mode()
+    def options(self, options: EncodeOptions | None = None, **fields: Any) -> EncodeOptions:
+        """The options of a call: ``options`` (default: :class:`EncodeOptions` with this
+        encoder's backend) with ``fields`` replaced, checked."""
+        return encode_options(options, fields, backend=self.backend.name)
+
     def encode(
         self,
         events: Source,
-        as_of: object = None,
-        batch_size: int = 256,
-        output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
-        on_empty: Literal["raise", "skip"] = "raise",
-        max_tokens: int = MAX_TOKENS,
-        space: Literal["native", "parent"] = "native",
-        parent: str | BundleMeta | None = None,
+        options: EncodeOptions | None = None,
+        *,
+        output: Output = "pandas",
+        **fields: Any,
     ) -> pd.DataFrame | pa.Table | Embeddings:
         """One embedding per entity of ``events``, entities in ascending id order.
 
         Args:
             events: a DataFrame, Arrow table, or Parquet/CSV path(s) / glob, with the bundle's columns.
-            as_of: only events at or before this time are used, and it is the query time: a
-                time-aware model embeds each entity as of that moment (the gap from its newest
-                event to ``as_of`` is a model input, as the next event's time is in training).
-                Default: each entity's newest event (a gap of 0, "right after the last event"), so
-                an embedding never depends on the other entities in the call.
-            batch_size, max_tokens: at most this many histories and padded positions per forward
-                pass (neither changes the result).
+            options, fields: :class:`~seqenc.encoding.EncodeOptions` (``as_of``, ``on_empty``,
+                ``batch_size``, ``max_tokens``, ``space``, ``parent``), or its fields by name.
             output: ``"pandas"`` (columns ``entity_id``, ``embedding`` (float32 arrays),
-                ``n_events_read``, ``last_event_time``; counts in ``df.attrs``), ``"arrow"`` (the same
-                columns as the Parquet export, counts in the schema metadata), ``"numpy"`` or
-                ``"torch"`` (an :class:`Embeddings`).
-            on_empty: what to do with an entity whose events all lie after ``as_of``.
-            space: ``"native"`` (this model's space) or ``"parent"``: through the map that
-                ``seqenc align`` / ``fit --compatible_with`` stored, into the space of the bundle
-                this one was aligned to (:mod:`seqenc.compat.lineage`). ``parent`` (that bundle's meta or
-                space id, e.g. an export's ``seqenc.space_id``) refuses a map to another space.
-                The space is in the arrow metadata and pandas attrs.
+                ``n_events_read``, ``last_event_time``, and a fine-tuned bundle's ``prediction``
+                (and ``probabilities``); counts and space in ``df.attrs``), ``"arrow"`` (the
+                columns of the Parquet export, counts and space in the schema metadata), ``"numpy"``
+                or ``"torch"`` (an :class:`Embeddings`).
         """
         check_choice("output", output, OUTPUTS)
-        to_parent, space_metadata = select_space(self.meta, self.lineage, space, parent)
-        done = encode_events(self, events, as_of, on_empty, batch_size, max_tokens)
-        out, counts, columns = done.embeddings, done.counts.output(), done.columns
-        out = out if to_parent is None else to_parent.apply(out)
-        result = embedding_output(columns, out, counts, self.meta, as_of, output)
-        return tag_space(result, space_metadata)
+        run = Encoding(self, self.options(options, **fields))
+        chunk = run.whole(events)
+        run.counts.report()
+        return run.last.output(chunk, run.counts.output(), output)
 
     def state(
-        self,
-        events: Source,
-        as_of: object = None,
-        on_empty: Literal["raise", "skip"] = "raise",
+        self, events: Source, options: EncodeOptions | None = None, **fields: Any
     ) -> EncoderState:
         """Encode ``events`` keeping what :meth:`update` needs to extend each history (causal
         models; see :mod:`seqenc.incremental.update`). The embeddings: ``state_output``, or the next
         :meth:`update`. Runs the torch model in float32 whatever the backend."""
-        return build_state(self, events, as_of, on_empty)
+        return build_state(self, events, self.options(options, **fields))
 
     def update(
         self,
         state: EncoderState,
         events: Source | None,
-        as_of: object = None,
-        output: Literal["pandas", "numpy", "torch", "arrow"] = "pandas",
-        on_empty: Literal["raise", "skip"] = "raise",
+        options: EncodeOptions | None = None,
+        *,
+        output: Output = "pandas",
+        **fields: Any,
     ) -> tuple[pd.DataFrame | pa.Table | Embeddings, EncoderState]:
         """``(embeddings, new_state)``: what :meth:`encode` gives on the state's events and
-        ``events`` together (every entity of both, within float rounding), running only the new
-        positions; ``state`` is left as it was. ``events=None``: no new event, only a new
-        ``as_of`` (a time-aware model's embeddings move with the query time). The counts of what ran are in ``new_state.stats``
+        ``events`` together (every entity of both, within float rounding; in ``options.space``,
+        with a fine-tuned bundle's predictions), running only the new positions; ``state`` is left
+        as it was. ``events=None``: no new event, only a new ``as_of`` (a time-aware model's
+        embeddings move with the query time). The counts of what ran are in ``new_state.stats``
         (and the pandas attrs / arrow metadata)."""
         check_choice("output", output, OUTPUTS)
-        new_state = update_state(self, state, events, as_of, on_empty)
-        return state_output(self, new_state, as_of, output), new_state
+        options = self.options(options, **fields)
+        last = last_step(self, options)  # a space without a map is refused before any work
+        new_state = update_state(self, state, events, options)
+        return state_output(new_state, last, output), new_state
 
     def load_state(self, path: str | Path) -> EncoderState:
         """A state saved by ``EncoderState.save``; refused if another bundle made it."""
@@ -129,9 +125,8 @@ class Encoder(LoadedBundle):
         events: Source,
         k: int = 10,
         filter_seen: bool = True,
-        as_of: object = None,
-        batch_size: int = 256,
-        on_empty: Literal["raise", "skip"] = "raise",
+        options: EncodeOptions | None = None,
+        **fields: Any,
     ) -> pd.DataFrame:
         """Top-``k`` items per entity by the model's scores (the tied output layer's logits, or with
         the repeat head the log-probabilities of its mixture), for the next event at ``as_of``.
@@ -140,13 +135,19 @@ class Encoder(LoadedBundle):
         values) and ``score``, sorted by entity then rank. With ``filter_seen`` an item anywhere in
         the entity's history (not only its newest ``history_len`` events) is never recommended, so an
         entity may get fewer than ``k`` rows. An out-of-vocabulary bucket is never recommended.
+        Options as in :meth:`encode` (``space`` does not apply: the scores are this model's).
         """
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise SeqencError(f"k must be a positive integer, got {k!r}")
-        store, counts = sequences(events, self.meta, self.vocabs, as_of, on_empty, None)
-        counts.report()
+        options = self.options(options, **fields)
+        if options.space != "native":
+            raise SeqencError("recommend scores this model's items: space='parent' does not apply")
+        run = Encoding(self, options)
+        store = next(run.stores([events], None))
+        run.counts.report()
         k = min(int(k), len(self.vocabs.item.values))
-        batches = iter_batches(store, self.meta.history_len, batch_size, with_seen=filter_seen)
+        sizes = {"batch_size": options.batch_size, "max_tokens": options.max_tokens}
+        batches = iter_batches(store, self.meta.history_len, with_seen=filter_seen, **sizes)
         found = [self._top(b, k, filter_seen) for b in batches] or [(np.zeros(0),) * 3]
         rows, items, scores = (np.concatenate(x) for x in zip(*found, strict=True))
         keep = np.isfinite(scores)
@@ -171,8 +172,7 @@ class Encoder(LoadedBundle):
     def _top(self, batch: Batch, k: int, filter_seen: bool) -> tuple[np.ndarray, ...]:
         """``(rows, items, scores)`` flat: each history's ``k`` best items (-inf where seen)."""
         batch = batch.to(self.device)
-        device = batch.items.device
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with autocast(self.device):
             scorer = self.model.next_item_scorer(batch)  # with the repeat head: the mixture
         scorer.seen = batch.seen if filter_seen else None
         # a chunk of the catalogue at a time; a bucket is no item to offer
@@ -195,10 +195,8 @@ def load_encoder(
     ``backend="onnxruntime"`` embeds through the graph ``onnx`` (default ``<bundle>/model.onnx``,
     written by ``seqenc onnx``) on the CPU; the torch model still serves ``recommend``.
     """
-    bundle = load_on(path, device, backend, onnx)
-    encoder = Encoder(bundle.model, bundle.meta, bundle.vocabs, bundle.device, bundle.backend)
-    encoder.lineage = load_lineage(path, encoder.meta)  # checked here: a foreign map fails on load
-    return encoder
+    b = load_on(path, device, EncodeOptions(backend=backend, onnx=onnx))
+    return Encoder(b.model, b.meta, b.vocabs, b.device, b.backend, b.lineage)
 
 
 def encode(events: Source, model: str | Path | Encoder, **kwargs: Any) -> Any:
@@ -206,6 +204,11 @@ def encode(events: Source, model: str | Path | Encoder, **kwargs: Any) -> Any:
     encoder = (
         model
         if isinstance(model, Encoder)
-        else load_encoder(model, kwargs.pop("device", None), kwargs.pop("backend", "torch"))
+        else load_encoder(
+            model,
+            kwargs.pop("device", None),
+            kwargs.pop("backend", "torch"),
+            kwargs.pop("onnx", None),
+        )
     )
     return encoder.encode(events, **kwargs)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tiny import SCHEMA, tiny_events
 
 from seqenc.data.sequences import build_sequences
-from seqenc.encoding import Counts, embed_store, iter_batches
+from seqenc.encoding import Counts, EncodeOptions, embed_batches, iter_batches
 from seqenc.encoding.options import check_choice, positive_int
 from seqenc.errors import SeqencError
 from seqenc.model.readout import entity_readout, pool
@@ -86,7 +86,10 @@ class RowIndex:
 def test_batches_cover_every_history_once_and_results_land_on_their_rows():
     store, _ = build_sequences(tiny_events(40), SCHEMA, keep_newest=None)
     history_len = 7
-    out = embed_store(store, RowIndex(), history_len, dim=2, batch_size=5, max_tokens=20)
+    out = np.zeros((len(store), 2), dtype=np.float32)
+    options = EncodeOptions(batch_size=5, max_tokens=20)
+    for rows, embeddings in embed_batches(store, RowIndex(), history_len, options):
+        out[rows] = embeddings
     np.testing.assert_array_equal(out[:, 0], np.arange(len(store)))
     np.testing.assert_array_equal(out[:, 1], np.minimum(store.lengths, history_len))
     seen = []

@@ -122,8 +122,8 @@ def test_batching_does_not_change_the_result(tmp_path, events):
     enc = encoder(tmp_path / "b", events)
     old, new = split(events, 0.5)
     state = enc.state(old)
-    one = update_state(enc, state, new, max_tokens=1)  # one entity per batch
-    many = update_state(enc, state, new)
+    one = update_state(enc, state, new, enc.options(max_tokens=1))  # one entity per batch
+    many = update_state(enc, state, new, enc.options())
     assert np.abs(one.embeddings - many.embeddings).max() <= TOL
     assert np.array_equal(one.offsets, many.offsets)
 

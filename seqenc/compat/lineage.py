@@ -142,25 +142,3 @@ def select_space(
     found, fitted = lineage
     metadata = {"seqenc.space": "parent", "seqenc.space_id": found.parent_space}
     return fitted, metadata | {"seqenc.dim": str(found.parent_dim)}
-
-
-def tag_space(result: Any, metadata: dict[str, str]) -> Any:
-    """Name the space of an :meth:`Encoder.encode` result: Arrow schema metadata (as the Parquet
-    export writes it) or pandas attrs (``space``, ``space_id``)."""
-    import pandas as pd
-    import pyarrow as pa
-
-    if isinstance(result, pa.Table):
-        return result.replace_schema_metadata((result.schema.metadata or {}) | metadata)
-    if isinstance(result, pd.DataFrame):
-        result.attrs.update({k.removeprefix("seqenc."): v for k, v in metadata.items()})
-    return result
-
-
-def space_map(
-    bundle: str | Path, meta: BundleMeta, space: str, parent: str | BundleMeta | None = None
-) -> tuple[ParentMap | None, dict[str, str]]:
-    """:func:`select_space` for the bundle at ``bundle`` (the export reads its lineage only for the
-    parent space)."""
-    lineage = load_lineage(bundle, meta) if space == "parent" else None
-    return select_space(meta, lineage, space, parent)

@@ -3,14 +3,17 @@ torch model, or an ONNX Runtime session on the graph ``seqenc onnx`` wrote.
 
 A backend is one method, ``embed(batch) -> [B, d] float32 numpy``; batching, vocabularies and
 output columns stay in the encoding core (:mod:`seqenc.encoding`), so both backends see the same
-batches. :func:`runtime_backend` is the one place a backend is chosen by name.
+batches. :func:`runtime_backend` is the one place a backend is chosen by name, and
+:func:`autocast` the one place the bf16 autocast of a CUDA forward pass is set.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -27,28 +30,33 @@ SUMS_BYTES = 4096  # a <graph>.sha256 file: one digest and a name
 ORT_TYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(double)": np.float64}
 
 
-def embed_batch(encoder: SequenceEncoder, batch: Batch) -> torch.Tensor:
-    """``[B, d]`` float32 entity embeddings (bf16 autocast on CUDA)."""
-    device = batch.items.device
+@contextmanager
+def autocast(device: torch.device) -> Iterator[None]:
+    """bf16 autocast for a forward pass on CUDA (float32 elsewhere)."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        return encoder.entity_embedding(batch).float()
+        yield
 
 
 class Backend(Protocol):
     """What runs the encoder's forward pass: a batch in, ``[B, d]`` float32 embeddings out."""
+
+    name: ClassVar[str]
 
     def embed(self, batch: Batch) -> np.ndarray: ...
 
 
 @dataclass
 class TorchBackend:
-    """The bundle's :class:`SequenceEncoder` on ``device`` (:func:`embed_batch`)."""
+    """The bundle's :class:`SequenceEncoder` on ``device`` (:func:`autocast`)."""
 
     model: SequenceEncoder
     device: torch.device
+    name: ClassVar[str] = "torch"
 
     def embed(self, batch: Batch) -> np.ndarray:
-        return embed_batch(self.model, batch.to(self.device)).cpu().numpy()
+        batch = batch.to(self.device)
+        with autocast(self.device):
+            return self.model.entity_embedding(batch).float().cpu().numpy()
 
 
 class OnnxRuntimeBackend:
@@ -57,6 +65,8 @@ class OnnxRuntimeBackend:
     Refuses a graph whose ``<graph>.sha256`` is missing or differs, or whose metadata names another
     configuration or other weights than ``meta``.
     """
+
+    name: ClassVar[str] = "onnxruntime"
 
     def __init__(self, path: Path, meta: BundleMeta) -> None:
         try:
@@ -101,19 +111,19 @@ class OnnxRuntimeBackend:
         return self.session.run(None, feeds)[0]
 
 
-def check_backend(name: str) -> None:
-    """Refuse a backend name other than :data:`BACKENDS`, in one line."""
-    if name not in BACKENDS:
-        raise SeqencError(f"backend must be one of {BACKENDS}, got {name!r}")
-
-
 def runtime_backend(
-    name: str, bundle: str | Path, meta: BundleMeta, onnx: str | Path | None = None
-) -> OnnxRuntimeBackend | None:
-    """The backend called ``name`` for the bundle at ``bundle``: ``None`` for ``"torch"`` (the
-    bundle's own model runs), else an ONNX Runtime session on the graph ``onnx`` (default
+    name: str,
+    model: SequenceEncoder,
+    device: torch.device,
+    bundle: str | Path | None,
+    meta: BundleMeta,
+    onnx: str | Path | None = None,
+) -> Backend:
+    """The backend called ``name`` (one of :data:`BACKENDS`, checked by the options): the bundle's
+    torch ``model`` on ``device``, or an ONNX Runtime session on the graph ``onnx`` (default
     ``<bundle>/model.onnx``, written by ``seqenc onnx``), on the CPU."""
-    check_backend(name)
     if name == "torch":
-        return None
+        return TorchBackend(model, device)
+    if onnx is None and bundle is None:
+        raise SeqencError("backend='onnxruntime' needs the bundle's path or onnx=<graph>")
     return OnnxRuntimeBackend(Path(bundle) / ONNX_FILE if onnx is None else Path(onnx), meta)

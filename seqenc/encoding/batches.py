@@ -10,7 +10,7 @@ from seqenc.data.batches import Batch, collate
 from seqenc.data.sampling import token_batches
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.split import full_view
-from seqenc.encoding.options import MAX_TOKENS, positive_int
+from seqenc.encoding.options import MAX_TOKENS
 
 
 def iter_batches(
@@ -26,9 +26,7 @@ def iter_batches(
     ``batch_size`` histories and ``max_tokens`` padded positions (:func:`token_batches`), so
     mixed lengths are not padded to the longest of a large batch; ``Batch.index`` is the store
     row. Rank ``r`` of ``world_size`` gets every ``world_size``-th batch: the ranks together
-    cover every entity exactly once."""
-    positive_int("batch_size", batch_size)
-    positive_int("max_tokens", max_tokens)
+    cover every entity exactly once. The sizes are :class:`EncodeOptions`', checked there."""
     view = full_view(store)
     lengths = np.minimum(view.lengths, history_len)
     batches = token_batches(np.argsort(lengths, kind="stable"), lengths, max_tokens, batch_size)

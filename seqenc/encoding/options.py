@@ -1,10 +1,20 @@
-"""The values of the options that steer an encode, and their checks: one line naming the option
-and the value, before any work."""
+"""The options of an encode, in one frozen object checked once when it is built: every entry point
+(``Encoder.encode`` / ``update`` / ``recommend``, the export, Spark, the commands) builds one, and
+the encoding core reads nothing else. A new option is one field here and one check in
+:meth:`EncodeOptions.__post_init__`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from seqenc.bundle import BundleMeta
+from seqenc.compat.lineage import SPACES
+from seqenc.data.columns import epoch_seconds
+from seqenc.encoding.backends import BACKENDS
 from seqenc.errors import SeqencError
 
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
@@ -27,3 +37,72 @@ def positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SeqencError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """What steers an encode; each field is checked once, when the object is built.
+
+    Attributes:
+        as_of: only events at or before this time are read, and it is the query time: a
+            time-aware model embeds each entity as of that moment. ``None``: each entity's newest
+            event (an embedding then never depends on the other entities of the call).
+        on_empty: an entity whose events all lie after ``as_of``: ``"raise"`` or ``"skip"``
+            (left out, counted in ``n_skipped``).
+        batch_size, max_tokens: at most this many histories and padded positions per forward
+            pass (neither changes the result).
+        space: ``"native"`` (the bundle's own space) or ``"parent"``: through the map that
+            ``seqenc align`` / ``fit --compatible_with`` stored (:mod:`seqenc.compat.lineage`).
+        parent: with ``space="parent"``, refuse a map to another space than this one (a
+            bundle's meta, or a space id as an export's ``seqenc.space_id`` metadata gives it).
+        backend, onnx: what runs the forward pass, chosen when a bundle is loaded
+            (:func:`seqenc.encoding.load_on`): ``"torch"``, or ``"onnxruntime"`` on the graph
+            ``onnx`` (default ``<bundle>/model.onnx``, written by ``seqenc onnx``).
+    """
+
+    as_of: object = None
+    on_empty: str = "raise"
+    batch_size: int = 256
+    max_tokens: int = MAX_TOKENS
+    space: str = "native"
+    parent: str | BundleMeta | None = None
+    backend: str = "torch"
+    onnx: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.as_of is not None:
+            epoch_seconds(self.as_of)
+        check_choice("on_empty", self.on_empty, ON_EMPTY)
+        positive_int("batch_size", self.batch_size)
+        positive_int("max_tokens", self.max_tokens)
+        check_choice("space", self.space, SPACES)
+        check_choice("backend", self.backend, BACKENDS)
+        if self.onnx is not None and self.backend != "onnxruntime":
+            raise SeqencError(
+                f"onnx={str(self.onnx)!r} would be ignored: the graph runs with "
+                f"backend='onnxruntime', and the backend is {self.backend!r}"
+            )
+
+    def but(self, **fields: Any) -> EncodeOptions:
+        """These options with ``fields`` replaced (checked again); an unknown name is refused in
+        one line."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise SeqencError(
+                f"unknown encode option(s) {unknown}; the options are {sorted(known)}"
+            )
+        return dataclasses.replace(self, **fields) if fields else self
+
+
+def encode_options(
+    options: EncodeOptions | None, fields: dict[str, Any], **defaults: Any
+) -> EncodeOptions:
+    """The options of one call: ``options`` (default ``EncodeOptions(**defaults)``) with the
+    ``fields`` given by name replaced."""
+    if options is not None and not isinstance(options, EncodeOptions):
+        raise SeqencError(
+            f"options must be an EncodeOptions, got {options!r}; pass single options by name "
+            "(as_of=..., on_empty=...)"
+        )
+    return (options or EncodeOptions().but(**defaults)).but(**fields)

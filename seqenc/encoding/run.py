@@ -1,7 +1,8 @@
-"""A bundle loaded for encoding, and the loop that runs its backend over the batches."""
+"""A bundle loaded for encoding, and the one streaming core every encode goes through."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,91 +11,126 @@ import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta, load_bundle
+from seqenc.compat.lineage import Lineage, load_lineage
+from seqenc.compat.parent_map import ParentMap
 from seqenc.data.events import Source
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.vocab import Vocabularies
 from seqenc.devices import torch_device
-from seqenc.encoding.backends import Backend, TorchBackend, check_backend, runtime_backend
+from seqenc.encoding.backends import Backend, runtime_backend
 from seqenc.encoding.batches import iter_batches
-from seqenc.encoding.options import MAX_TOKENS
+from seqenc.encoding.options import EncodeOptions
+from seqenc.encoding.outputs import Chunk, LastStep
 from seqenc.encoding.store import Counts, entity_columns, sequences
+from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
 
 @dataclass(eq=False)  # compared and hashed by identity, as a loaded model is
 class LoadedBundle:
-    """A bundle's model (eval mode, on ``device``), meta and vocabularies, and the backend that
-    runs its forward pass (default: the torch model on ``device``)."""
+    """A bundle's model (eval mode, on ``device``), meta and vocabularies, the backend that runs
+    its forward pass (default: the torch model on ``device``) and its lineage (the map to its
+    parent's space, :mod:`seqenc.compat.lineage`; ``None`` without one)."""
 
     model: SequenceEncoder
     meta: BundleMeta
     vocabs: Vocabularies
     device: torch.device
     backend: Backend | None = None
+    lineage: tuple[Lineage, ParentMap] | None = None
 
     def __post_init__(self) -> None:
         self.device = torch_device(self.device)
         self.model = self.model.to(self.device).eval()
         if self.backend is None:
-            self.backend = TorchBackend(self.model, self.device)
+            self.backend = runtime_backend("torch", self.model, self.device, None, self.meta)
 
 
 def load_on(
     path: str | Path,
     device: str | torch.device | None = None,
-    backend: str = "torch",
-    onnx: str | Path | None = None,
+    options: EncodeOptions | None = None,
 ) -> LoadedBundle:
-    """The bundle at ``path`` on ``device`` with its ``backend`` (:func:`runtime_backend`)."""
-    check_backend(backend)  # before loading anything
+    """The bundle at ``path`` on ``device``, with the backend of ``options`` and its lineage
+    (checked: a foreign map fails here)."""
+    options = options or EncodeOptions()
     device = torch_device(device)
     model, meta, vocabs = load_bundle(path)
-    runtime = runtime_backend(backend, path, meta, onnx)
-    return LoadedBundle(model, meta, vocabs, device, runtime)
+    runtime = runtime_backend(options.backend, model, device, path, meta, options.onnx)
+    return LoadedBundle(model, meta, vocabs, device, runtime, load_lineage(path, meta))
 
 
-def embed_store(
+def embed_batches(
     store: SequenceStore,
     backend: Backend,
     history_len: int,
-    dim: int,
-    batch_size: int,
-    max_tokens: int = MAX_TOKENS,
-) -> np.ndarray:
-    """``[len(store), dim]`` float32 embeddings of every history, in store order: length-sorted
-    batches through ``backend``, scattered back (so no row depends on the batch it was in)."""
-    out = np.zeros((len(store), dim), dtype=np.float32)
-    for batch in iter_batches(store, history_len, batch_size, max_tokens=max_tokens):
-        out[batch.index.numpy()] = backend.embed(batch)
-    return out
+    options: EncodeOptions,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(rows, embeddings)`` of each of rank ``rank``'s batches of ``store``
+    (:func:`iter_batches`): the store rows and their ``[n, d]`` float32 embeddings."""
+    sizes = {"batch_size": options.batch_size, "max_tokens": options.max_tokens}
+    for batch in iter_batches(store, history_len, rank=rank, world_size=world_size, **sizes):
+        yield batch.index.numpy(), backend.embed(batch)
 
 
-@dataclass
-class Encoded:
-    """One encode's result: the entity ``columns`` (:func:`entity_columns`), their
-    ``embeddings`` ``[n, d]`` float32 in the same order, and the call's :class:`Counts`."""
+def last_step(bundle: LoadedBundle, options: EncodeOptions) -> LastStep:
+    """The :class:`LastStep` of ``bundle`` with ``options`` (refused in one line for a space it
+    has no map to, or a backend it was not loaded with)."""
+    if options.backend != bundle.backend.name:
+        raise SeqencError(
+            f"backend={options.backend!r}, but this bundle was loaded with "
+            f"{bundle.backend.name!r}: load it with backend={options.backend!r}"
+        )
+    meta, head = bundle.meta, bundle.model.head
+    return LastStep.of(meta, head, bundle.lineage, options.space, options.parent, options.as_of)
 
-    columns: pa.Table
-    embeddings: np.ndarray
-    counts: Counts
 
+class Encoding:
+    """One encode of ``bundle`` with ``options``: the last step (:class:`LastStep`: the space's
+    map, the head) is resolved, or refused in one line, before any event is read; ``counts``
+    adds up what every part read met."""
 
-@torch.inference_mode()
-def encode_events(
-    bundle: LoadedBundle,
-    events: Source,
-    as_of: object = None,
-    on_empty: str = "raise",
-    batch_size: int = 256,
-    max_tokens: int = MAX_TOKENS,
-) -> Encoded:
-    """Every entity of ``events`` (ascending id) encoded by ``bundle``: histories with its schema,
-    vocabularies and ``history_len``, batched, embedded, read out; unknown values and skipped
-    entities are logged."""
-    history_len = bundle.meta.history_len
-    store, counts = sequences(events, bundle.meta, bundle.vocabs, as_of, on_empty, history_len)
-    counts.report()
-    dim = bundle.meta.dim
-    embeddings = embed_store(store, bundle.backend, history_len, dim, batch_size, max_tokens)
-    columns = entity_columns(store, np.arange(len(store)), history_len)
-    return Encoded(columns, embeddings, counts)
+    def __init__(self, bundle: LoadedBundle, options: EncodeOptions) -> None:
+        self.bundle, self.options, self.counts = bundle, options, Counts()
+        self.last = last_step(bundle, options)
+
+    def stores(self, parts: Iterable[Source], keep_newest: int | None) -> Iterator[SequenceStore]:
+        """Each part's histories (:func:`sequences`, newest ``keep_newest`` events), counted."""
+        bundle = self.bundle
+        for part in parts:
+            store, counts = sequences(part, bundle.meta, bundle.vocabs, self.options, keep_newest)
+            self.counts += counts
+            yield store
+
+    @torch.inference_mode()
+    def chunks(
+        self, parts: Iterable[Source], rank: int = 0, world_size: int = 1
+    ) -> Iterator[Chunk]:
+        """The core: every entity of each part (entity-complete event sources) → its key
+        columns, its embedding and the head's predictions, a batch at a time; rank ``rank`` of
+        ``world_size`` gets every ``world_size``-th batch of each part (an empty part: one empty
+        chunk, on rank 0)."""
+        history_len, dim = self.bundle.meta.history_len, self.bundle.meta.dim
+        for store in self.stores(parts, history_len):
+            if len(store) == 0 and rank == 0:
+                none = np.zeros(0, dtype=np.int64)
+                yield self.last(entity_columns(store, none, history_len), np.zeros((0, dim)), none)
+            batches = embed_batches(
+                store, self.bundle.backend, history_len, self.options, rank, world_size
+            )
+            for rows, embeddings in batches:
+                yield self.last(entity_columns(store, rows, history_len), embeddings, rows)
+
+    def whole(self, events: Source) -> Chunk:
+        """Every entity of ``events`` in one chunk, in ascending id order (the store's)."""
+        chunks = list(self.chunks([events]))
+        rows = np.concatenate([c.rows for c in chunks])
+        order = np.argsort(rows, kind="stable")
+        keys = pa.concat_tables([c.keys for c in chunks]).take(order)
+        embeddings = np.concatenate([c.embeddings for c in chunks])[order]
+        predictions = None
+        if chunks[0].predictions is not None:
+            predictions = np.concatenate([c.predictions for c in chunks])[order]
+        return Chunk(keys, embeddings, predictions, rows[order])

@@ -15,7 +15,7 @@ from seqenc.bundle import BundleMeta
 from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
 from seqenc.data.vocab import Vocabularies
-from seqenc.encoding.options import ON_EMPTY, check_choice
+from seqenc.encoding.options import EncodeOptions
 from seqenc.encoding.outputs import entity_table
 from seqenc.errors import SeqencError
 
@@ -82,25 +82,24 @@ def sequences(
     events: Source,
     meta: BundleMeta,
     vocabs: Vocabularies,
-    as_of: object = None,
-    on_empty: str = "raise",
+    options: EncodeOptions,
     keep_newest: int | None = None,
 ) -> tuple[SequenceStore, Counts]:
-    """``(store, counts)``: the log's histories encoded with the bundle's vocabularies.
+    """``(store, counts)``: the log's histories up to ``options.as_of``, encoded with the bundle's
+    vocabularies.
 
     An entity has no usable events when all of them are later than ``as_of``; ``on_empty="raise"``
     then raises (naming one such entity), ``"skip"`` leaves it out and counts it in ``n_skipped``.
     ``keep_newest`` truncates the stored histories (``None`` keeps them whole).
     """
-    check_choice("on_empty", on_empty, ON_EMPTY)
-    schema = meta.schema
+    as_of, schema = options.as_of, meta.schema
     table = read_events(events, schema)
     store, _ = build_sequences(
         Events(table, schema), schema, keep_newest=keep_newest, as_of=as_of, vocabs=vocabs
     )
     entities = pc.unique(table[schema.entity])
     n_skipped = len(entities) - len(store)
-    if n_skipped and on_empty == "raise":
+    if n_skipped and options.on_empty == "raise":
         example = entities.filter(pc.invert(pc.is_in(entities, value_set=store.entity_ids)))[0]
         raise SeqencError(
             f"{n_skipped} entit{'y has' if n_skipped == 1 else 'ies have'} no event at or before "

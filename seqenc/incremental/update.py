@@ -23,14 +23,15 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from seqenc.data.batches import Batch
+from seqenc.data.batches import collate
 from seqenc.data.columns import epoch_seconds
 from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
-from seqenc.encoding import MAX_TOKENS, Counts, LoadedBundle, sequences
-from seqenc.encoding.outputs import embedding_output, entity_table
+from seqenc.data.split import SequenceView, full_view
+from seqenc.encoding import Counts, EncodeOptions, LastStep, LoadedBundle, sequences
+from seqenc.encoding.outputs import entity_table
 from seqenc.errors import SeqencError
 from seqenc.incremental.merge import Merge, merge, merged_windows, of
 from seqenc.incremental.state import EncoderState, check_state, empty_state
@@ -43,26 +44,24 @@ def update_state(
     encoder: LoadedBundle,
     state: EncoderState,
     events: Source | None,
-    as_of: object = None,
-    on_empty: str = "raise",
-    max_tokens: int = 2 * MAX_TOKENS,
+    options: EncodeOptions,
 ) -> EncoderState:
     """The state after ``events`` (see the module docstring; ``None``: no new event, only a new
-    ``as_of``); ``on_empty`` as in ``encode``; ``max_tokens`` bounds the query plus key positions
-    of each forward pass."""
+    ``options.as_of``); ``on_empty`` as in ``encode``; each forward pass runs at most
+    ``batch_size`` entities and ``max_tokens`` positions (its query plus key tokens: twice as
+    many)."""
     meta = encoder.meta
     check_incremental(encoder.model)
     check_state(state, meta)
-    ref = None if as_of is None else epoch_seconds(as_of)
-    new, counts, new_keys = _new_events(encoder, state, events, as_of, on_empty, ref)
+    ref = None if options.as_of is None else epoch_seconds(options.as_of)
+    new, counts, new_keys = _new_events(encoder, state, events, options, ref)
     m = merge(state, new, meta.history_len)
     _check_order(m.ids, m.had & m.got, m.old_last, m.first_new, ref)
     window, tail, old_src, reordered = merged_windows(state, new, new_keys, m, meta.schema)
     newest = window["timestamps"][m.offsets[1:] - 1] if len(m.ids) else np.zeros(0)
     query_gap = (np.zeros(len(m.ids)) if ref is None else ref - newest).astype(np.float32)
-    caches, stats = _encode_windows(
-        encoder, state, m, window, old_src, reordered, query_gap, max_tokens
-    )
+    store = window_store(m.ids, m.offsets, window, query_gap, meta.schema)
+    caches, stats = _encode_windows(encoder, state, m, store, old_src, reordered, options)
     return EncoderState(
         entity_ids=m.ids,
         offsets=m.offsets,
@@ -81,8 +80,7 @@ def _new_events(
     encoder: LoadedBundle,
     state: EncoderState,
     events: Source | None,
-    as_of: object,
-    on_empty: str,
+    options: EncodeOptions,
     ref: float | None,
 ) -> tuple[SequenceStore, Counts, pa.Table]:
     """``(store, counts, tie_keys)`` of the new events (an empty store for ``None``)."""
@@ -90,7 +88,7 @@ def _new_events(
     if events is None:
         return _no_events(state, meta.schema), Counts(), state.tail.schema.empty_table()
     table = read_events(events, meta.schema)
-    new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, as_of, on_empty)
+    new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, options)
     counts.report()
     return new, counts, tie_keys(table, meta.schema, ref, state.tail.schema)
 
@@ -99,17 +97,17 @@ def _encode_windows(
     encoder: LoadedBundle,
     state: EncoderState,
     m: Merge,
-    window: dict[str, np.ndarray],
+    store: SequenceStore,
     old_src: np.ndarray,
     reordered: np.ndarray,
-    query_gap: np.ndarray,
-    max_tokens: int,
+    options: EncodeOptions,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Run the entities whose embedding changes, each against the cached positions it keeps:
     ``(caches, stats)``, the caches being the state's ``keys``, ``values``, ``prefix_sum`` and
-    ``embeddings``."""
+    ``embeddings``; ``store`` holds the merged windows (:func:`window_store`)."""
     config, had, width = encoder.model.config, m.had, m.width
     reads_query = config.time and config.query_time
+    query_gap = store.dt_ref[m.offsets[1:] - 1]
     old_gap = of(state.query_gap, m.old_row, 0.0)
     requery = had & (m.new_len == 0) & reads_query & (old_gap != query_gap)
     run = (m.new_len > 0) | requery
@@ -125,14 +123,12 @@ def _encode_windows(
     rows = np.flatnonzero(run)
     chunk = width[rows] - keep[rows]
     order = rows[np.lexsort((width[rows], chunk))]
-    offsets = m.offsets
-    for idx in token_batches(order, 2 * width - keep, max_tokens):  # query + key tokens
+    tokens, rows = 2 * options.max_tokens, options.batch_size
+    for idx in token_batches(order, 2 * width - keep, tokens, rows):  # query + key tokens
         if config.baskets:
-            embeddings[idx] = _whole_windows(encoder, idx, offsets, width, window, query_gap)
+            embeddings[idx] = _whole_windows(encoder, store, idx)
             continue
-        _run_batch(
-            encoder, idx, offsets, keep, width, window, cache, query_gap, prefix_sum, embeddings
-        )
+        _run_batch(encoder, store, idx, keep, cache, prefix_sum, embeddings)
     reencoded = had & ((m.drop > 0) | (run & config.baskets))
     stats = {
         "n_new": int((~had).sum()),
@@ -193,31 +189,48 @@ def _check_order(
         )
 
 
+def window_store(
+    ids: pa.Array,
+    offsets: np.ndarray,
+    window: dict[str, np.ndarray],
+    query_gap: np.ndarray,
+    schema: EventSchema,
+) -> SequenceStore:
+    """The merged windows as a store for :func:`collate`, each entity's reference time its query
+    time (the ``dt_ref`` of its newest event is its query gap), as ``encode``'s store has it."""
+    dt_ref = np.zeros(len(window["timestamps"]), dtype=np.float32)
+    dt_ref[offsets[1:] - 1] = query_gap
+    return SequenceStore(
+        entity_ids=ids,
+        offsets=offsets,
+        items=window["items"],
+        timestamps=window["timestamps"],
+        dt_prev=window["dt_prev"],
+        dt_ref=dt_ref,
+        categorical={c: window["categorical"][:, j] for j, c in enumerate(schema.categorical)},
+        numeric={c: window["numeric"][:, j] for j, c in enumerate(schema.numeric)},
+    )
+
+
 def _run_batch(
     encoder: LoadedBundle,
+    store: SequenceStore,
     idx: np.ndarray,
-    offsets: np.ndarray,
     keep: np.ndarray,
-    width: np.ndarray,
-    window: dict[str, np.ndarray],
     cache: dict[str, np.ndarray],
-    query_gap: np.ndarray,
     prefix_sum: np.ndarray,
     embeddings: np.ndarray,
 ) -> None:
     """Run entities ``idx``: positions ``keep`` on of their window against the cached ones; writes
     their embeddings, running sums and new keys / values in place."""
-    device = encoder.device
-    kept, new = keep[idx], width[idx] - keep[idx]
-    n_new = max(int(new.max(initial=0)), 1)
-    slots = np.arange(int(kept.max(initial=0)) + n_new)[None, :]
-    at = offsets[idx][:, None] + np.minimum(slots, width[idx][:, None] - 1)  # [B, W] window rows
-    chunk = np.arange(n_new)[None, :]
-    valid = chunk < new[:, None]
-    rows = np.where(valid, offsets[idx][:, None] + kept[:, None] + chunk, 0)  # [B, M]
-
-    def take(values: np.ndarray) -> torch.Tensor:
-        return _gather(values, rows, valid, device)
+    device, offsets = encoder.device, store.offsets
+    starts, ends = offsets[idx], offsets[idx + 1]
+    kept, width = keep[idx], ends - starts
+    view = SequenceView(store, idx, starts + kept, ends)
+    batch = collate(view, np.arange(len(idx)), encoder.meta.history_len).to(device)
+    new = width - kept
+    slots = np.arange(int(kept.max(initial=0)) + batch.items.shape[1])[None, :]
+    at = starts[:, None] + np.minimum(slots, width[:, None] - 1)  # [B, W] window rows
 
     def cached(values: np.ndarray) -> torch.Tensor:  # nothing to gather when nothing is kept
         if not kept.any():
@@ -228,80 +241,35 @@ def _run_batch(
         keys=cached(cache["keys"]),
         values=cached(cache["values"]),
         lengths=torch.from_numpy(kept).to(device),
-        times=torch.from_numpy(window["timestamps"][at]).to(device),
-    )
-    batch = Batch(
-        items=take(window["items"]),
-        lengths=torch.from_numpy(new).to(device),
-        dt_prev=take(window["dt_prev"]),
-        dt_ref=torch.zeros(valid.shape, dtype=torch.float32, device=device),
-        categorical=take(window["categorical"]),
-        numeric=take(window["numeric"]),
-        index=torch.from_numpy(idx),
-        dt_query=torch.from_numpy(query_gap[idx]).to(device),
+        times=torch.from_numpy(store.timestamps[at]).to(device),
     )
     hidden = extend(encoder.model, past, batch)
-    old_sum, total = (torch.from_numpy(a[idx]).to(device) for a in (prefix_sum, width))
+    old_sum, total = (torch.from_numpy(a).to(device) for a in (prefix_sum[idx], width))
     pooled, sums = readout(encoder.model, hidden, batch.lengths, old_sum, total)
     embeddings[idx], prefix_sum[idx] = pooled.cpu().numpy(), sums.cpu().numpy()
-    b, i = np.nonzero(valid)
+    b, i = np.nonzero(np.arange(batch.items.shape[1])[None, :] < new[:, None])
+    rows = starts[b] + kept[b] + i
     for name, written in (("keys", past.keys), ("values", past.values)):
-        cache[name][:, rows[b, i]] = written[:, b, kept[b] + i].cpu().numpy()
+        cache[name][:, rows] = written[:, b, kept[b] + i].cpu().numpy()
 
 
-def _gather(
-    values: np.ndarray, rows: np.ndarray, valid: np.ndarray, device: torch.device
-) -> torch.Tensor:
-    """``values[rows]`` (``rows``: ``[B, M]`` window rows), 0 where not ``valid``, on ``device``."""
-    mask = valid.reshape(*valid.shape, *[1] * (values.ndim - 1))
-    return torch.from_numpy(np.where(mask, values[rows], 0)).to(device)
-
-
-def _whole_windows(
-    encoder: LoadedBundle,
-    idx: np.ndarray,
-    offsets: np.ndarray,
-    width: np.ndarray,
-    window: dict[str, np.ndarray],
-    query_gap: np.ndarray,
-) -> np.ndarray:
+def _whole_windows(encoder: LoadedBundle, store: SequenceStore, idx: np.ndarray) -> np.ndarray:
     """``[len(idx), d]`` embeddings of entities ``idx`` from their whole windows (the full
-    forward pass, for a model with the basket rule); times measured from each newest event."""
-    positions = np.arange(int(width[idx].max(initial=1)))[None, :]
-    valid = positions < width[idx][:, None]
-    rows = np.where(valid, offsets[idx][:, None] + positions, 0)
-    newest = window["timestamps"][offsets[idx] + width[idx] - 1]
-    dt_ref = np.where(valid, newest[:, None] - window["timestamps"][rows], 0.0)
-
-    def take(values: np.ndarray) -> torch.Tensor:
-        return _gather(values, rows, valid, encoder.device)
-
-    batch = Batch(
-        items=take(window["items"]),
-        lengths=torch.from_numpy(width[idx]).to(encoder.device),
-        dt_prev=take(window["dt_prev"]),
-        dt_ref=torch.from_numpy(dt_ref).to(encoder.device),
-        categorical=take(window["categorical"]),
-        numeric=take(window["numeric"]),
-        index=torch.from_numpy(idx),
-        dt_query=torch.from_numpy(query_gap[idx]).to(encoder.device),
-    )
+    forward pass, for a model with the basket rule), in float32."""
+    batch = collate(full_view(store), idx, encoder.meta.history_len).to(encoder.device)
     return encoder.model.entity_embedding(batch).float().cpu().numpy()
 
 
-def build_state(
-    encoder: LoadedBundle, events: Source, as_of: object = None, on_empty: str = "raise"
-) -> EncoderState:
+def build_state(encoder: LoadedBundle, events: Source, options: EncodeOptions) -> EncoderState:
     """The state of ``events`` (an update of the empty state)."""
     check_incremental(encoder.model)
-    return update_state(encoder, empty_state(encoder.meta), events, as_of, on_empty)
+    return update_state(encoder, empty_state(encoder.meta), events, options)
 
 
-def state_output(encoder: LoadedBundle, state: EncoderState, as_of: object, output: str) -> Any:
-    """The state's embeddings in ``encode``'s ``output`` form, the call's counts attached."""
-    columns = entity_table(
+def state_output(state: EncoderState, last: LastStep, output: str) -> Any:
+    """The state's embeddings through ``encode``'s last step (the head's predictions, the map
+    into the space asked for), in its ``output`` form, the call's counts attached."""
+    keys = entity_table(
         state.entity_ids, state.lengths, state.newest_times() if state.has_time else None
     )
-    return embedding_output(
-        columns, state.embeddings.copy(), state.stats, encoder.meta, as_of, output
-    )
+    return last.output(last(keys, state.embeddings.copy()), state.stats, output)
