@@ -15,7 +15,7 @@ import pytest
 from tiny import tiny_bundle, tiny_events
 
 import seqenc.export as export
-import seqenc.export.predict as predict
+import seqenc.encoding.run as core
 from seqenc.cli import main as cli_main
 from seqenc.errors import SeqencError
 from seqenc.export.scratch import Scratch
@@ -110,7 +110,7 @@ def test_csv_input_as_of_and_skipping(setup, tmp_path):
 
 
 def test_failure_mid_export_leaves_no_output_and_rerun_completes(setup, tmp_path, monkeypatch):
-    real = predict.sequences
+    real = core.sequences
     calls = []
 
     def fail_on_second_chunk(*args, **kwargs):
@@ -119,14 +119,14 @@ def test_failure_mid_export_leaves_no_output_and_rerun_completes(setup, tmp_path
             raise RuntimeError("worker lost")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(predict, "sequences", fail_on_second_chunk)
+    monkeypatch.setattr(core, "sequences", fail_on_second_chunk)
     output = tmp_path / "emb.parquet"
     with pytest.raises(RuntimeError, match="worker lost"):
         _export(setup, output, batch_size=8, row_group_size=8)  # rows were written before
     assert len(calls) == 2
     assert list(tmp_path.iterdir()) == []  # no output, no scratch
 
-    monkeypatch.setattr(predict, "sequences", real)
+    monkeypatch.setattr(core, "sequences", real)
     assert pq.ParquetFile(_export(setup, output)).metadata.num_rows == 120
 
 

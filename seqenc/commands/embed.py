@@ -7,7 +7,7 @@ import argparse
 import logging
 
 from seqenc.compat.lineage import SPACES
-from seqenc.encoding import ON_EMPTY
+from seqenc.encoding import MAX_TOKENS, ON_EMPTY, EncodeOptions
 from seqenc.encoding.backends import BACKENDS, ONNX_FILE
 from seqenc.errors import SeqencError
 
@@ -19,7 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--as-of", default=None, help="use only events at or before this time (ISO or epoch s)"
     )
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=256, help="histories per forward pass")
+    parser.add_argument(
+        "--max-tokens", type=int, default=MAX_TOKENS, help="padded positions per forward pass"
+    )
     parser.add_argument("--chunk-events", type=int, default=1_000_000, help="events per partition")
     parser.add_argument(
         "--on-empty",
@@ -56,34 +59,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> None:
-    from lightning.pytorch.utilities import rank_zero_only
-
-    from seqenc.export import export_embeddings
-
+def encode_options(args: argparse.Namespace) -> EncodeOptions:
+    """The :class:`EncodeOptions` of the command line (``--onnx`` without ``--backend
+    onnxruntime`` refused in the command line's words)."""
     if args.onnx is not None and args.backend != "onnxruntime":
         raise SeqencError(
             f"--onnx {args.onnx} would be ignored: the graph runs with --backend onnxruntime, "
             f"and the backend is {args.backend}"
         )
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    path = export_embeddings(
-        args.model,
-        args.events,
-        args.output,
+    return EncodeOptions(
         as_of=args.as_of,
-        batch_size=args.batch_size,
-        chunk_events=args.chunk_events,
         on_empty=args.on_empty,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        space=args.space,
+        parent=args.parent,
+        backend=args.backend,
+        onnx=args.onnx,
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from seqenc.export import ExportOptions, export_embeddings
+
+    options = encode_options(args)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    export = ExportOptions(
+        chunk_events=args.chunk_events,
         row_group_size=args.row_group_size,
         accelerator=args.accelerator,
         devices=args.devices,
         strategy=args.strategy,
         progress=not args.no_progress,
-        backend=args.backend,
-        onnx=args.onnx,
-        space=args.space,
-        parent=args.parent,
     )
+    path = export_embeddings(args.model, args.events, args.output, options, export)
     if rank_zero_only.rank == 0:
         print(f"embeddings: {path}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,12 @@ class LoadedBundle:
         self.model = self.model.to(self.device).eval()
         if self.backend is None:
             self.backend = runtime_backend("torch", self.model, self.device, None, self.meta)
+
+    def on(self, device: str | torch.device) -> LoadedBundle:
+        """This bundle on ``device`` (the torch backend moves with the model; an ONNX Runtime
+        session stays on the CPU)."""
+        backend = None if self.backend.name == "torch" else self.backend
+        return dataclasses.replace(self, device=device, backend=backend)
 
 
 def load_on(
@@ -102,7 +109,9 @@ class Encoding:
         for part in parts:
             store, counts = sequences(part, bundle.meta, bundle.vocabs, self.options, keep_newest)
             self.counts += counts
+            del part  # the next part is read with this one's memory released
             yield store
+            del store
 
     @torch.inference_mode()
     def chunks(
@@ -122,6 +131,7 @@ class Encoding:
             )
             for rows, embeddings in batches:
                 yield self.last(entity_columns(store, rows, history_len), embeddings, rows)
+            del store, batches
 
     def whole(self, events: Source) -> Chunk:
         """Every entity of ``events`` in one chunk, in ascending id order (the store's)."""

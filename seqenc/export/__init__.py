@@ -17,26 +17,24 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
-from seqenc.bundle import BundleMeta, load_bundle
-from seqenc.compat.lineage import space_map
-from seqenc.data.events import epoch_seconds
 from seqenc.data.paths import expand_paths, would_read
 from seqenc.devices import check_accelerator, trainer_options
-from seqenc.encoding.backends import check_backend, runtime_backend
-from seqenc.encoding.options import ON_EMPTY, check_choice, positive_int
-from seqenc.encoding.outputs import file_metadata
+from seqenc.encoding import EncodeOptions, last_step, load_on
+from seqenc.encoding.outputs import output_schema
 from seqenc.errors import SeqencError
+from seqenc.export.options import ExportOptions, export_options
 from seqenc.export.partition import partition_of
-from seqenc.export.predict import EmbeddingModule, ExportDataModule, PartitionBatches
+from seqenc.export.predict import EmbeddingModule, ExportDataModule, PartitionChunks
 from seqenc.export.scratch import Scratch
-from seqenc.export.writer import ParquetPredictionWriter, output_schema
+from seqenc.export.writer import ParquetPredictionWriter
 from seqenc.signals import sigterm_raises
 
-__all__ = ["export_embeddings", "output_schema", "partition_of"]
+__all__ = ["ExportOptions", "export_embeddings", "output_schema", "partition_of"]
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +67,9 @@ def export_embeddings(
     model: str | Path,
     events: str | Path | list[str | Path],
     output: str | Path,
-    as_of: object = None,
-    batch_size: int = 256,
-    chunk_events: int = 1_000_000,
-    on_empty: str = "skip",
-    row_group_size: int = 65536,
-    accelerator: str = "auto",
-    devices: int | str | list[int] = 1,
-    strategy: str = "auto",
-    progress: bool = True,
-    backend: str = "torch",
-    onnx: str | Path | None = None,
-    space: str = "native",
-    parent: str | BundleMeta | None = None,
+    options: EncodeOptions | None = None,
+    export: ExportOptions | None = None,
+    **fields: Any,
 ) -> Path:
     """Embed every entity of the event file(s) ``events`` with the bundle ``model`` into Parquet.
 
@@ -89,41 +77,29 @@ def export_embeddings(
         model: a bundle directory.
         events: Parquet/CSV file(s), a glob or a directory of Parquet files.
         output: the Parquet file (one process) or shard directory (several) to write.
-        as_of: only events at or before this time are used; also the query time (as in
-            ``Encoder.encode``). The forms of :func:`~seqenc.data.events.epoch_seconds`.
-        batch_size: histories per forward pass.
-        chunk_events: events per temporary partition: bounds memory (about 1 KB per event).
-        on_empty: for entities with no event at or before ``as_of``: ``"skip"`` (count and warn;
-            a warning also says when that leaves the output empty) or ``"raise"``.
-        row_group_size: rows per Parquet row group.
-        accelerator, devices, strategy: as for ``lightning.Trainer``; several devices need
-            ``strategy="ddp"`` and launch one process per device (from a script or the CLI).
-        progress: show progress bars.
-        backend, onnx: ``"torch"`` or ``"onnxruntime"`` (on the CPU, with the graph ``onnx``,
-            default ``<model>/model.onnx``, written by ``seqenc onnx``).
-        space, parent: ``"parent"`` writes the embeddings through the bundle's map into its parent's
-            space (:meth:`Encoder.encode <seqenc.inference.Encoder.encode>`, :mod:`seqenc.compat.lineage`);
+        options: what is encoded (:class:`~seqenc.encoding.EncodeOptions`; here ``on_empty``
+            defaults to ``"skip"``: counted, and a warning says when that leaves the output
+            empty). ``space="parent"`` writes through the bundle's map into its parent's space;
             the metadata names the space written.
+        export: how the export runs (:class:`~seqenc.export.options.ExportOptions`: partitions,
+            row groups, devices, progress).
+        fields: single fields of either, by name (``as_of=...``, ``chunk_events=...``).
 
     Returns:
         ``output`` (as a path). Layout, columns and metadata: see :mod:`seqenc.export`.
     """
-    _check_options(chunk_events, batch_size, row_group_size, on_empty, as_of, backend)
+    options, run = export_options(options, export, fields)
     files = _inputs(events, Path(output))
-    encoder, meta, vocabs = load_bundle(model)
-    to_parent, space_metadata = space_map(model, meta, space, parent)
-    runtime = runtime_backend(backend, model, meta, onnx)
-    trainer = _trainer(accelerator, devices, strategy, runtime is not None)
+    bundle = load_on(model, "cpu", options)  # moved to each rank's device once it has one
+    last = last_step(bundle, options)  # a space without a map is refused before any work
+    trainer = _trainer(run, on_cpu_only=options.backend != "torch")
     output, scratch = _target(output, trainer.world_size)
-    datamodule = ExportDataModule(
-        files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
-    )
-    metadata = file_metadata(meta, as_of) | space_metadata
-    writer = ParquetPredictionWriter(output, scratch, metadata, row_group_size, progress)
+    datamodule = ExportDataModule(files, bundle, options, scratch, run)
+    writer = ParquetPredictionWriter(output, scratch, last, run.row_group_size, run.progress)
     trainer.callbacks.append(writer)
-    _predict(trainer, EmbeddingModule(encoder, runtime, to_parent), datamodule, scratch)
+    _predict(trainer, EmbeddingModule(), datamodule, scratch)
     if trainer.is_global_zero:
-        _report(datamodule.dataset, as_of, output)
+        _report(datamodule.dataset, options.as_of, output)
     return output
 
 
@@ -156,32 +132,10 @@ def _target(output: str | Path, world_size: int) -> tuple[Path, Scratch]:
     return output, Scratch(output)
 
 
-def _check_options(
-    chunk_events: int,
-    batch_size: int,
-    row_group_size: int,
-    on_empty: str,
-    as_of: object,
-    backend: str,
-) -> None:
-    """Refuse a bad option in one line, before any work."""
-    for name, value in [
-        ("chunk_events", chunk_events),
-        ("batch_size", batch_size),
-        ("row_group_size", row_group_size),
-    ]:
-        positive_int(name, value)
-    check_choice("on_empty", on_empty, ON_EMPTY)
-    if as_of is not None:
-        epoch_seconds(as_of)
-    check_backend(backend)
-
-
-def _trainer(
-    accelerator: str, devices: int | str | list[int], strategy: str, on_cpu_only: bool
-) -> pl.Trainer:
+def _trainer(run: ExportOptions, on_cpu_only: bool) -> pl.Trainer:
     """The Lightning trainer that runs ``predict``: no logger, checkpoints or sampler of its own
-    (batches come from the encoding core); ONNX Runtime (``on_cpu_only``) runs on the CPU."""
+    (chunks come from the encoding core); ONNX Runtime (``on_cpu_only``) runs on the CPU."""
+    accelerator, devices, strategy = run.accelerator, run.devices, run.strategy
     if on_cpu_only:
         if accelerator not in ("auto", "cpu"):
             raise SeqencError(
@@ -202,7 +156,7 @@ def _trainer(
         )
 
 
-def _report(stats: PartitionBatches | None, as_of: object, output: Path) -> None:
+def _report(stats: PartitionChunks | None, as_of: object, output: Path) -> None:
     """Warn about what the whole input held: unknown values, skipped entities, duplicated newest
     events, an empty output (``None``: nothing was read)."""
     if stats is None:

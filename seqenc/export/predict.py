@@ -1,9 +1,9 @@
-"""Pass 2 of the export as Lightning ``predict``: partitions → length-sorted batches → embeddings.
+"""Pass 2 of the export as Lightning ``predict``: partitions → the encoding core's chunks.
 
 Rank 0 partitions the input (``prepare_data``) while the others wait; then every rank reads every
-partition and embeds every ``W``-th batch of the encoding core
-(:func:`seqenc.encoding.iter_batches` with ``rank, world_size``), so the ranks together cover every
-entity exactly once.
+partition and takes every ``W``-th batch of the core (:meth:`seqenc.encoding.Encoding.chunks` with
+``rank, world_size``), so the ranks together cover every entity exactly once. The core runs the
+forward pass, the head and the space's map; ``predict_step`` passes its chunks to the writer.
 """
 
 from __future__ import annotations
@@ -17,18 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from seqenc.bundle import BundleMeta
-from seqenc.compat.parent_map import ParentMap
-from seqenc.data.batches import Batch
 from seqenc.data.duplicates import duplicated_newest
-from seqenc.data.events import epoch_seconds
-from seqenc.data.vocab import Vocabularies
-from seqenc.encoding import Counts, entity_columns, iter_batches, sequences
-from seqenc.encoding.backends import Backend, embed_batch
+from seqenc.data.events import Events, epoch_seconds
+from seqenc.encoding import Chunk, Counts, EncodeOptions, Encoding, LoadedBundle
+from seqenc.export.options import ExportOptions
 from seqenc.export.partition import (
     count_events,
     entity_type,
@@ -36,44 +31,37 @@ from seqenc.export.partition import (
     read_partition,
 )
 from seqenc.export.scratch import Scratch
-from seqenc.model.encoder import SequenceEncoder
 
 
-class PartitionBatches(IterableDataset):
-    """This rank's batches of every partition, each with its output columns (entity id, counts),
-    and the counts of the whole input (every rank reads every partition)."""
+class PartitionChunks(IterableDataset):
+    """This rank's chunks of every partition (:meth:`Encoding.chunks`), and what the whole input
+    held: the core's counts, and the entities whose newest event is duplicated (every rank reads
+    every partition)."""
 
     def __init__(
-        self,
-        partitions: list[Path],
-        meta: BundleMeta,
-        vocabs: Vocabularies,
-        as_of: object,
-        on_empty: str,
-        batch_size: int,
-        rank: int,
-        world_size: int,
+        self, partitions: list[Path], encoding: Encoding, rank: int, world_size: int
     ) -> None:
-        self.partitions, self.meta, self.vocabs = partitions, meta, vocabs
-        self.as_of, self.on_empty, self.batch_size = as_of, on_empty, batch_size
+        self.partitions, self.encoding = partitions, encoding
         self.rank, self.world_size = rank, world_size
-        self.counts = Counts()
         self.n_duplicated_newest = 0
 
-    def __iter__(self) -> Iterator[tuple[Batch, pa.Table]]:
-        history_len = self.meta.history_len
-        as_of = None if self.as_of is None else epoch_seconds(self.as_of)
+    @property
+    def counts(self) -> Counts:
+        return self.encoding.counts
+
+    def __iter__(self) -> Iterator[Chunk]:
+        yield from self.encoding.chunks(self._read(), self.rank, self.world_size)
+
+    def _read(self) -> Iterator[Events]:
+        """Each partition's events, its duplicated newest events counted, memory released
+        after it."""
+        meta, as_of = self.encoding.bundle.meta, self.encoding.options.as_of
+        as_of = None if as_of is None else epoch_seconds(as_of)
         for path in self.partitions:
-            events = read_partition(path, self.meta.schema)
-            self.n_duplicated_newest += duplicated_newest(events.table, self.meta.schema, as_of)
-            store, counts = sequences(
-                events, self.meta, self.vocabs, self.as_of, self.on_empty, history_len
-            )
-            self.counts += counts
-            batches = iter_batches(store, history_len, self.batch_size, self.rank, self.world_size)
-            for batch in batches:
-                yield batch, entity_columns(store, batch.index.numpy(), history_len)
-            del store, events
+            events = read_partition(path, meta.schema)
+            self.n_duplicated_newest += duplicated_newest(events.table, meta.schema, as_of)
+            yield events
+            del events
             release_freed_memory()
 
 
@@ -106,26 +94,21 @@ def _as_is(sample: Any) -> Any:
 
 class ExportDataModule(pl.LightningDataModule):
     """Partitions the input once (global rank 0, holding the scratch lock), then serves each rank
-    its share of batches."""
+    its share of chunks, the bundle on the rank's device."""
 
     def __init__(
         self,
         files: list[Path],
-        meta: BundleMeta,
-        vocabs: Vocabularies,
+        bundle: LoadedBundle,
+        options: EncodeOptions,
         scratch: Scratch,
-        as_of: object,
-        on_empty: str,
-        batch_size: int,
-        chunk_events: int,
-        progress: bool,
+        run: ExportOptions,
     ) -> None:
         super().__init__()
         self.prepare_data_per_node = False  # the scratch dir lies beside the output: shared
-        self.files, self.meta, self.vocabs, self.scratch = files, meta, vocabs, scratch
-        self.as_of, self.on_empty, self.batch_size = as_of, on_empty, batch_size
-        self.chunk_events, self.progress = chunk_events, progress
-        self.dataset: PartitionBatches | None = None
+        self.files, self.bundle, self.options, self.scratch = files, bundle, options, scratch
+        self.run = run
+        self.dataset: PartitionChunks | None = None
 
     @property
     def partition_dir(self) -> Path:
@@ -133,48 +116,30 @@ class ExportDataModule(pl.LightningDataModule):
 
     def prepare_data(self) -> None:
         self.scratch.acquire()
-        n_partitions = max(1, math.ceil(count_events(self.files) / self.chunk_events))
-        partition_events(
-            self.files, self.meta.schema, self.partition_dir, n_partitions, self.progress
-        )
+        n_partitions = max(1, math.ceil(count_events(self.files) / self.run.chunk_events))
+        schema = self.bundle.meta.schema
+        partition_events(self.files, schema, self.partition_dir, n_partitions, self.run.progress)
 
     def setup(self, stage: str) -> None:
         self.partitions = sorted(self.partition_dir.glob("events-*.parquet"))
-        self.entity_type = entity_type(self.partitions[0], self.meta.schema)
+        self.entity_type = entity_type(self.partitions[0], self.bundle.meta.schema)
 
     def predict_dataloader(self) -> DataLoader:
-        self.dataset = PartitionBatches(
-            self.partitions,
-            self.meta,
-            self.vocabs,
-            self.as_of,
-            self.on_empty,
-            self.batch_size,
-            self.trainer.global_rank,
-            self.trainer.world_size,
+        bundle = self.bundle.on(self.trainer.strategy.root_device)
+        encoding = Encoding(bundle, self.options)
+        trainer = self.trainer
+        self.dataset = PartitionChunks(
+            self.partitions, encoding, trainer.global_rank, trainer.world_size
         )
         return DataLoader(self.dataset, batch_size=None, collate_fn=_as_is)
 
+    def transfer_batch_to_device(self, batch: Chunk, device: torch.device, index: int) -> Chunk:
+        """As it is: the core ran the model on the rank's device and gives numpy and Arrow."""
+        return batch
+
 
 class EmbeddingModule(pl.LightningModule):
-    """The bundle's encoder as a LightningModule whose ``predict_step`` gives ``[B, d]`` float32;
-    with a ``backend`` (ONNX Runtime) that runs the forward pass instead, and through ``to_parent``
-    (:mod:`seqenc.compat.lineage`) when the export writes the parent's space."""
+    """What Lightning runs on each rank: the core's chunks, passed to the writer as they come."""
 
-    def __init__(
-        self,
-        encoder: SequenceEncoder,
-        backend: Backend | None = None,
-        to_parent: ParentMap | None = None,
-    ) -> None:
-        super().__init__()
-        self.encoder, self.backend, self.to_parent = encoder, backend, to_parent
-
-    def predict_step(self, batch: tuple[Batch, pa.Table], batch_idx: int) -> torch.Tensor:
-        if self.backend is not None:
-            out = torch.from_numpy(self.backend.embed(batch[0]))
-        else:
-            out = embed_batch(self.encoder, batch[0])
-        if self.to_parent is None:
-            return out
-        return torch.from_numpy(self.to_parent.apply(out.float().cpu().numpy()))
+    def predict_step(self, batch: Chunk, batch_idx: int) -> Chunk:
+        return batch

@@ -2,62 +2,35 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from tqdm.auto import tqdm
 
 from seqenc.atomic import move_into_place
-from seqenc.data.batches import Batch
-from seqenc.encoding.outputs import (
-    embedding_type,
-    prediction_fields,
-    with_embeddings,
-    with_predictions,
-)
+from seqenc.encoding import Chunk, LastStep
 from seqenc.export.scratch import Scratch
-from seqenc.model.head import SupervisedHead
-
-
-def output_schema(
-    entity_type: pa.DataType,
-    dim: int,
-    metadata: dict[str, str],
-    head: SupervisedHead | None = None,
-) -> pa.Schema:
-    """The export's columns (see :mod:`seqenc.export`), a fine-tuned model's predictions last."""
-    return pa.schema(
-        [
-            ("entity_id", entity_type),
-            ("embedding", embedding_type(dim)),
-            ("n_events_read", pa.int32()),
-            ("last_event_time", pa.timestamp("us", tz="UTC")),
-            *prediction_fields(head),
-        ],
-        metadata=metadata,
-    )
 
 
 class ParquetPredictionWriter(BasePredictionWriter):
-    """Writes each rank's embeddings to its Parquet shard as row groups of ``row_group_size`` rows;
-    when every rank is done, rank 0 moves the result to ``output`` and releases the scratch."""
+    """Writes each rank's chunks (the core's output schema, metadata included) to its Parquet shard
+    as row groups of ``row_group_size`` rows; when every rank is done, rank 0 moves the result to
+    ``output`` and releases the scratch."""
 
     def __init__(
         self,
         output: Path,
         scratch: Scratch,
-        metadata: dict[str, str],
+        last: LastStep,
         row_group_size: int = 65536,
         progress: bool = True,
     ) -> None:
         super().__init__("batch")
-        self.output, self.scratch, self.metadata = output, scratch, metadata
+        self.output, self.scratch, self.last = output, scratch, last
         self.row_group_size, self.progress = row_group_size, progress
         self._writer: pq.ParquetWriter | None = None
         self._buffer: list[pa.Table] = []
@@ -68,11 +41,7 @@ class ParquetPredictionWriter(BasePredictionWriter):
         self.rank, self.world_size = trainer.global_rank, trainer.world_size
         self.shard_dir = self.scratch.path / "output"
         self.shard_dir.mkdir(parents=True, exist_ok=True)
-        dim = int(self.metadata["seqenc.dim"])
-        # predictions read the native embedding: none when the export writes a parent's space
-        head = pl_module.encoder.head if pl_module.to_parent is None else None
-        self.head = None if head is None else copy.deepcopy(head).cpu().eval()
-        self.schema = output_schema(trainer.datamodule.entity_type, dim, self.metadata, self.head)
+        self.schema = self.last.schema(trainer.datamodule.entity_type)
         self._writer = pq.ParquetWriter(
             self.shard_dir / f"part-{self.rank:05d}.parquet", self.schema
         )
@@ -88,15 +57,13 @@ class ParquetPredictionWriter(BasePredictionWriter):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        prediction: torch.Tensor,
+        prediction: Chunk,
         batch_indices: Any,
-        batch: tuple[Batch, pa.Table],
+        batch: Chunk,
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        embeddings = prediction.cpu().numpy()
-        table = with_embeddings(batch[1], embeddings)
-        table = with_predictions(table, self.head, embeddings).cast(self.schema)
+        table = self.last.table(prediction).cast(self.schema)
         self._buffer.append(table)
         self.n_rows += table.num_rows
         self._bar.update(table.num_rows)
