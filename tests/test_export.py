@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from tiny import tiny_bundle, tiny_events
 
-import seqenc.export as export
 import seqenc.encoding.run as core
+import seqenc.export as export
 from seqenc.cli import main as cli_main
 from seqenc.errors import SeqencError
 from seqenc.export.scratch import Scratch

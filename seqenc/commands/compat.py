@@ -12,6 +12,7 @@ from typing import Any
 from seqenc.atomic import atomic_file, file_target
 from seqenc.compat.lineage import Lineage
 from seqenc.compat.parent_map import DEFAULT_KIND, KINDS
+from seqenc.encoding import MAX_TOKENS, EncodeOptions
 from seqenc.evaluate.drift import CUTOFFS, align, drift
 from seqenc.inference import load_encoder
 
@@ -62,6 +63,9 @@ def add_drift_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--as-of", default=None, help="use only events at or before this time")
     parser.add_argument("--k", type=int, default=10, help="neighbours compared per entity")
     parser.add_argument("--sample", type=int, default=2000, help="entities whose neighbours count")
+    parser.add_argument(
+        "--max-tokens", type=int, default=MAX_TOKENS, help="padded positions per forward pass"
+    )
     parser.add_argument("--json", default=None, help="also write the full report (JSON) here")
 
 
@@ -71,7 +75,8 @@ def run_drift(args: argparse.Namespace) -> None:
         file_target(args.json)  # before the report is computed
     old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
     events = args.events[0] if len(args.events) == 1 else args.events
-    report = drift(old, new, events, args.as_of, k=args.k, sample=args.sample)
+    options = EncodeOptions(as_of=args.as_of, on_empty="skip", max_tokens=args.max_tokens)
+    report = drift(old, new, events, options, k=args.k, sample=args.sample)
     if args.json:
         with atomic_file(args.json) as tmp:
             Path(tmp).write_text(json.dumps(report.to_dict(), indent=2) + "\n")

@@ -24,6 +24,7 @@ from seqenc.compat.lineage import Lineage, save_lineage, space_id
 from seqenc.compat.parent_map import DEFAULT_KIND, fit_with_stats
 from seqenc.data.columns import epoch_seconds
 from seqenc.data.events import read_events
+from seqenc.encoding import EncodeOptions
 from seqenc.encoding.options import positive_int
 from seqenc.errors import SeqencError
 from seqenc.inference import Encoder, load_encoder
@@ -124,11 +125,18 @@ def verdict_of(
     )
 
 
-def paired(a: Any, b: Any, events: Any, as_of: object = None) -> tuple[np.ndarray, ...]:
-    """``(entity_ids, x_a, x_b)``: the native embeddings by encoders ``a`` and ``b``
-    (:class:`~seqenc.inference.Encoder`) of the entities of ``events`` both can encode."""
-    ea = a.encode(events, as_of=as_of, output="numpy", on_empty="skip")
-    eb = b.encode(events, as_of=as_of, output="numpy", on_empty="skip")
+def paired(
+    a: Encoder, b: Encoder, events: Any, options: EncodeOptions | None = None
+) -> tuple[np.ndarray, ...]:
+    """``(entity_ids, x_a, x_b)``: the embeddings by encoders ``a`` (its own space) and ``b`` (in
+    ``options.space``: ``"parent"`` goes through ``b``'s map, which must lead to ``a``'s space)
+    of the entities of ``events`` both can encode (default options: ``on_empty="skip"``)."""
+    options = options or EncodeOptions(on_empty="skip")
+    sizes = {"batch_size": options.batch_size, "max_tokens": options.max_tokens}
+    common = {"as_of": options.as_of, "on_empty": options.on_empty, "output": "numpy", **sizes}
+    parent = a.meta if options.space == "parent" else None
+    ea = a.encode(events, **common)
+    eb = b.encode(events, space=options.space, parent=parent, **common)
     ids, ia, ib = np.intersect1d(ea.entity_ids, eb.entity_ids, return_indices=True)
     if len(ids) < 2:
         raise SeqencError(f"the two models share {len(ids)} entit(ies) of the events: need >= 2")
@@ -158,7 +166,8 @@ def history_pairs(
     hold at all of them."""
     schema = child.meta.schema
     times = read_events(events, schema)[schema.timestamp].to_numpy() if schema.timestamp else []
-    parts = [paired(child, parent, events, when) for when in cutoffs(times, n_cutoffs, as_of)]
+    at = [EncodeOptions(as_of=when, on_empty="skip") for when in cutoffs(times, n_cutoffs, as_of)]
+    parts = [paired(child, parent, events, options) for options in at]
     x, y = np.vstack([p[1] for p in parts]), np.vstack([p[2] for p in parts])
     return x, y, {"n_entities": len(parts[0][0]), "n_cutoffs": len(parts)}
 
@@ -231,20 +240,20 @@ def drift(
     old: Encoder,
     new: Encoder,
     events: Any,
-    as_of: object = None,
+    options: EncodeOptions | None = None,
     k: int = 10,
     sample: int = 2000,
     seed: int = 0,
 ) -> DriftReport:
-    """Compare bundle ``new`` with ``old`` on ``events`` (see the module docstring); the overlap
-    uses ``sample`` entities drawn with ``seed`` (all of them when fewer)."""
+    """Compare bundle ``new`` with ``old`` on ``events`` (see the module docstring), both encoded
+    with ``options`` (default ``on_empty="skip"``; ``new`` in ``old``'s space when its map leads
+    there); the overlap uses ``sample`` entities drawn with ``seed`` (all of them when fewer)."""
     positive_int("k", k)
     positive_int("sample", sample)
-    _, y, x = paired(old, new, events, as_of)
+    options = options or EncodeOptions(on_empty="skip")
     lineage = new.lineage
     mapped = lineage is not None and lineage[0].parent_space == space_id(old.meta)
-    if mapped:
-        x = lineage[1].apply(x)
+    _, y, x = paired(old, new, events, options.but(space="parent" if mapped else "native"))
     if x.shape[1] != y.shape[1]:
         raise SeqencError(
             f"{new.meta.name!r} (dim {x.shape[1]}) has no map to {old.meta.name!r} (dim "
@@ -263,7 +272,7 @@ def drift(
         f"p{q}": float(np.quantile(cos, q / 100)) for q in (5, 50, 95)
     }
     mean_shift = float(np.abs(shift).mean())
-    known = known_items({"old": old, "new": new}, events, as_of)
+    known = known_items({"old": old, "new": new}, events, options.as_of)
     verdict, why = verdict_of(cosine["mean"], overlap, mean_shift, known)
     return DriftReport(
         old=old.meta.name,

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 
 from seqenc.data.columns import epoch_column
 from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
@@ -226,12 +225,14 @@ def embed_at(
     entity: str | None = None,
     as_of_column: str = "as_of",
     batch_size: int = 256,
+    columns: tuple[str, ...] = ("embedding",),
 ) -> pd.DataFrame:
     """Embed every row of ``cutoffs`` (entity, ``as_of_column``) from its events at or before its
     own cut-off: one :meth:`Encoder.encode` call per distinct cut-off, on that cut-off's entities.
 
     Returns the key columns (the entity under the name used in ``cutoffs``, and ``as_of_column``)
-    and ``embedding``; rows without an event at or before their cut-off are left out.
+    and ``columns`` of the output (``embedding``; a fine-tuned bundle's ``probabilities`` or
+    ``prediction``); rows without an event at or before their cut-off are left out.
     """
     schema = encoder.meta.schema
     entity = entity or schema.entity
@@ -248,7 +249,7 @@ def embed_at(
         if mine.num_rows == 0:
             continue
         df = encoder.encode(mine, as_of=when, batch_size=batch_size, on_empty="skip")
-        df = df.rename(columns={"entity_id": entity})[[entity, "embedding"]]
+        df = df.rename(columns={"entity_id": entity})[[entity, *columns]]
         parts.append(group[[entity, as_of_column]].merge(df, on=entity, how="inner"))
     if not parts:
         raise SeqencError("no row of cutoffs has an event at or before its as_of")
@@ -264,16 +265,16 @@ def predict_at(
     as_of_column: str = "as_of",
     batch_size: int = 256,
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    """A fine-tuned bundle's predictions at every row of ``cutoffs`` (:func:`embed_at`'s rows, its
-    embeddings through the bundle's label head): the key columns and ``[n, k]`` probabilities of
-    the head's classes, or ``[n]`` numbers."""
+    """A fine-tuned bundle's predictions at every row of ``cutoffs`` (:func:`embed_at`'s rows, the
+    predictions ``encode`` gives with them): the key columns and ``[n, k]`` probabilities of the
+    head's classes, or ``[n]`` numbers."""
     head = encoder.model.head
     if head is None:
         raise SeqencError(f"bundle {encoder.meta.name!r} has no label head (not fine-tuned)")
+    column = "prediction" if head.task == "regression" else "probabilities"
     table = embed_at(
-        encoder, events, cutoffs, entity=entity, as_of_column=as_of_column, batch_size=batch_size
-    )
-    embeddings = torch.from_numpy(np.stack(table.pop("embedding").to_numpy()).astype(np.float32))
-    with torch.inference_mode():
-        output = head.predict(head(embeddings.to(encoder.device))).cpu().numpy()
-    return table, output
+        encoder, events, cutoffs, entity=entity, as_of_column=as_of_column,
+        batch_size=batch_size, columns=(column,),
+    )  # fmt: skip
+    values = table.pop(column).to_numpy()
+    return table, np.stack(values) if column == "probabilities" else values.astype(np.float32)
