@@ -155,3 +155,15 @@ def test_model_package_imports_no_data_and_stands_alone():
 def test_no_source_file_is_over_400_lines():
     long = {n: len(p.read_text().splitlines()) for n, p in modules().items()}
     assert {n: k for n, k in long.items() if k > 400} == {}
+
+
+def test_no_function_is_over_60_lines():
+    """A function (its ``def`` line to its last, docstring included) fits on a screen."""
+    long = [
+        f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert long == []

@@ -100,23 +100,28 @@ def read_events(
             an unparsable timestamp, an empty log, a missing or unreadable file, a glob matching
             nothing, or an unsupported file extension. Rows are numbered from 0 in each file.
     """
+    table = _typed_table(source, schema, shard)
+    if table is None or table.num_rows == 0:
+        where = "" if shard is None else f" for shard {shard.rank} of {shard.world_size}"
+        raise SeqencError(f"the event log is empty{where} (0 rows); columns: {schema.columns}")
+    return table
+
+
+def _typed_table(source: Source, schema: EventSchema, shard: Shard | None) -> pa.Table | None:
+    """:func:`read_events`' table of a DataFrame, Arrow table, :class:`Events` or file(s);
+    ``None`` when no file holds a block of this shard."""
     if isinstance(source, Events):
         if source.schema == schema:
             return source.table
         source = source.table
     if isinstance(source, pd.DataFrame):
-        table = _sharded(normalize_table(_from_pandas(source, schema), schema), schema, shard)
-    elif isinstance(source, pa.Table):
+        return _sharded(normalize_table(_from_pandas(source, schema), schema), schema, shard)
+    if isinstance(source, pa.Table):
         _check_columns(source.column_names, schema, "the input table")
-        table = _sharded(normalize_table(source.select(schema.columns), schema), schema, shard)
-    else:
-        scan = EventScan(expand_paths(source), schema)
-        blocks = [_sharded(block, schema, shard) for block in scan]
-        table = scan.finish(pa.concat_tables(blocks)) if blocks else None
-    if table is None or table.num_rows == 0:
-        where = "" if shard is None else f" for shard {shard.rank} of {shard.world_size}"
-        raise SeqencError(f"the event log is empty{where} (0 rows); columns: {schema.columns}")
-    return table
+        return _sharded(normalize_table(source.select(schema.columns), schema), schema, shard)
+    scan = EventScan(expand_paths(source), schema)
+    blocks = [_sharded(block, schema, shard) for block in scan]
+    return scan.finish(pa.concat_tables(blocks)) if blocks else None
 
 
 def _sharded(table: pa.Table, schema: EventSchema, shard: Shard | None) -> pa.Table:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -178,11 +179,10 @@ def probe(
             (ridge; R²). ``"auto"``: regression for non-integral floats, else classes.
         model: ``"linear"``: standardisation and the regularisation strength (``C_GRID`` by an
             inner 3-fold search for classes, ``ALPHA_GRID`` by leave-one-out for ridge) fitted on
-            each training fold only. ``"trees"``:
-            ``HistGradientBoostingClassifier`` / ``Regressor`` with ``max_leaf_nodes`` from
-            ``LEAF_GRID`` chosen on a held-out ``TREE_HOLDOUT`` of each training fold, where early
-            stopping also picks the number of trees; the chosen model (fitted on the rest of the
-            training fold) scores the test fold.
+            each training fold only. ``"trees"``: ``HistGradientBoostingClassifier`` /
+            ``Regressor`` with ``max_leaf_nodes`` from ``LEAF_GRID`` chosen on a held-out
+            ``TREE_HOLDOUT`` of each training fold, where early stopping also picks the number of
+            trees; the chosen model (fitted on the rest of the training fold) scores the test fold.
         n_splits: k of the k-fold cross-validation (stratified for classes, shuffled with ``seed``).
 
     Every model sees the same folds for a given ``seed`` and labels, so scores of two feature
@@ -196,14 +196,13 @@ def probe(
     x, y, counts = _align(features, labels, label_column, on)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
     search = estimator(task, model, n_splits, seed)[1]
-    folds: dict[str, list[float]] = {}
-    base: dict[str, list[float]] = {}
+    folds, base = defaultdict(list), defaultdict(list)  # metric -> one value per fold
     for train, test in splits:
         _fit(search, x[train], y[train])
         for name, value in _scores(metrics, task, search, x[test], y[test]).items():
-            folds.setdefault(name, []).append(value)
+            folds[name].append(value)
         for name, value in _baseline(metrics, task, y[train], y[test]).items():
-            base.setdefault(name, []).append(value)
+            base[name].append(value)
     return ProbeResult(
         task=task,
         n_rows=len(y),
