@@ -2,7 +2,7 @@
 
 The public API: read and encode event logs (:func:`read_events`, :func:`build_sequences`), train
 (:class:`SequenceDataModule`, :class:`SeqencModule`, or the ``seqenc`` command), and embed
-(:func:`load_encoder`, :func:`encode`). ``import seqenc`` is light: each name is imported on first
+(:func:`load_encoder`, :func:`encode`, :class:`EncodeOptions`). ``import seqenc`` is light: each name is imported on first
 use, so a feature pipeline that only encodes never loads Lightning.
 """
 
@@ -16,6 +16,7 @@ from seqenc.version import __version__
 
 _WHERE = {
     "DataSpec": "seqenc.data.spec",
+    "EncodeOptions": "seqenc.encoding.options",
     "Encoder": "seqenc.inference",
     "EventSchema": "seqenc.data.schema",
     "SeqencModule": "seqenc.training.module",
