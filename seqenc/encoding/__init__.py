@@ -1,21 +1,16 @@
 """The encoding core: events → histories → token-budget batches → backend forward → the last step
 (the head's predictions, the map into the space asked for) → chunks of output columns, steered by
-one options object.
-
-Every way to encode goes through here and holds no copy of its parts: :class:`seqenc.inference.Encoder`
-(the Python API), the Parquet export (:mod:`seqenc.export`), Spark (:mod:`seqenc.encoding.spark`);
-incremental encoding (:mod:`seqenc.incremental.update`) shares its batches (``collate``) and its last
-step.
+one options object. :class:`seqenc.inference.Encoder`, the Parquet export (:mod:`seqenc.export`)
+and Spark (:mod:`seqenc.encoding.spark`) go through it; incremental encoding shares its batches
+(``collate``) and its last step.
 
 - :mod:`~seqenc.encoding.options`: :class:`EncodeOptions`, the options of every encode, checked once.
-- :mod:`~seqenc.encoding.store`: events → a :class:`~seqenc.data.sequences.SequenceStore` with the
-  bundle's vocabularies, the per-call :class:`Counts`, the entity key columns.
+- :mod:`~seqenc.encoding.store`: events → the bundle's store, the per-call :class:`Counts`.
 - :mod:`~seqenc.encoding.batches`: where a batch is built (:func:`iter_batches`).
 - :mod:`~seqenc.encoding.backends`: what runs the forward pass (torch or ONNX Runtime).
 - :mod:`~seqenc.encoding.outputs`: the output columns (declared once) and the last step.
 - :mod:`~seqenc.encoding.run`: a loaded bundle (:class:`LoadedBundle`, :func:`load_on`) and the
-  core (:class:`Encoding`: :meth:`~Encoding.chunks`). The readout itself is
-  :func:`seqenc.model.readout.entity_readout`, inside the backend's forward pass.
+  core (:class:`Encoding`); the readout is :func:`seqenc.model.readout.entity_readout`.
 """
 
 from seqenc.encoding.batches import iter_batches

@@ -6,14 +6,12 @@ however the DataFrame is partitioned.
 >>> out = encode(spark.read.parquet("events/"), "bundle", as_of="2024-06-01")  # doctest: +SKIP
 
 The events are hash-partitioned by entity and sorted inside each partition, so every entity lies
-in exactly one partition; ``mapInArrow`` streams each partition in chunks of about
-``events_per_call`` events, cut after a complete entity, through the encoding core
-(:meth:`seqenc.encoding.Encoding.chunks`, :func:`encode_sorted`), with the one options object
-of the call (:class:`~seqenc.encoding.EncodeOptions`; ``space="parent"`` and a fine-tuned
-bundle's predictions as in ``encode``). The bundle is loaded once per Python worker, from a path
-every executor reads or shipped with ``ship=True``; each task runs torch with ``spark.task.cpus``
-threads. Entities whose events all lie after ``as_of`` are skipped (``on_empty="skip"`` by
-default). The old keyword ``chunk_events`` still works, with a :class:`DeprecationWarning`.
+in exactly one partition; ``mapInArrow`` streams each partition, about ``events_per_call`` events
+at a time cut after a complete entity, through the encoding core (:func:`encode_sorted`) with the
+call's one :class:`~seqenc.encoding.EncodeOptions` (``on_empty="skip"`` by default). The bundle is
+loaded once per Python worker, from a path every executor reads or shipped with ``ship=True``;
+each task runs torch with ``spark.task.cpus`` threads. ``chunk_events`` is the deprecated name of
+``events_per_call``.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ from seqenc.encoding import (
 from seqenc.encoding.options import positive_int
 from seqenc.errors import SeqencError
 
-_BUNDLES: dict[tuple[str, str, EncodeOptions], LoadedBundle] = {}
+_BUNDLES: dict[tuple[str, ...], LoadedBundle] = {}
 
 
 def encode(
@@ -159,7 +157,7 @@ def for_spark(table: pa.Table, entity_type: pa.DataType) -> pa.Table:
 
 def cached_bundle(path: str, weights_sha256: str, options: EncodeOptions) -> LoadedBundle:
     """The bundle at ``path`` on this worker's CPU, loaded on first use; it must be the driver's."""
-    key = (path, weights_sha256, options)
+    key = (path, weights_sha256, options.backend, str(options.onnx))  # what loading reads
     if key not in _BUNDLES:
         bundle = load_on(path, "cpu", options)
         if bundle.meta.weights_sha256 != weights_sha256:
