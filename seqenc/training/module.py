@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.bundle import load_bundle
+from seqenc.data.numeric import view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL, Batch
@@ -336,6 +337,25 @@ class SeqencModule(pl.LightningModule):
             why = shape_mismatch(checkpoint["encoder_config"], self.config, self.spec)
             raise SeqencError(f"cannot load the checkpoint's weights: {why}")
 
+    def _set_numeric_statistics(self) -> None:
+        """Per-item numeric scaling reads each item's statistics of the training events; a model
+        started from a bundle (``init_from``) keeps the bundle's, which its weights learned on."""
+        if not self.config.n_numeric:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if self.config.numeric_scaling != "per_item":
+            rank_zero_info("numeric features: one linear map of the signed log for every item")
+            return
+        if self.hparams.init_from is None and hasattr(datamodule, "splits"):
+            center, scale = view_statistics(
+                datamodule.store, datamodule.splits[0], self.config.n_items
+            )
+            self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
+        rank_zero_info(
+            "numeric features: per item (each value also standardised by its item's statistics of "
+            "the training events; model.encoder.numeric_scaling: global turns it off)"
+        )
+
     def on_train_start(self) -> None:
         """The configured ``lr`` and ``weight_decay`` in the optimizer and its schedule. A resumed
         run restores the checkpoint's into both, so a changed learning rate would not apply (the
@@ -355,6 +375,7 @@ class SeqencModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        self._set_numeric_statistics()
         if self.encoder.head is not None:
             log.info("evaluation: the label loss of the held-out labelled entities")
             return
