@@ -66,7 +66,7 @@ def tuned(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
         "--data.labels", "labels.parquet",
         "--data.label_column", "account_type",
         "--model.next_item_weight", "0",
-        "--trainer.max_epochs", "8",
+        "--model.label_steps", "24",
         "--seed_everything", "0",
     )  # fmt: skip
     return bundle, labels
@@ -118,7 +118,7 @@ def test_init_from_starts_from_the_bundles_encoder_weights(tuned, tmp_path):
         "--model.next_item_weight", "0",
         "--model.init_from", str(bundle),
         "--model.lr", "0",
-        "--trainer.max_epochs", "1",
+        "--model.label_steps", "3",
     )  # fmt: skip
     start, tuned_again = load_bundle(bundle)[0], load_bundle(again)[0]
     for name, value in start.state_dict().items():

@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
+from torchmetrics.aggregation import CatMetric
 
 from seqenc.bundle import load_bundle
 from seqenc.data.spec import DataSpec
@@ -25,6 +26,8 @@ from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
+from seqenc.training.label_plan import ClassWeights, class_weights
+from seqenc.training.label_score import label_score, score_name
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
@@ -83,11 +86,18 @@ class SeqencModule(pl.LightningModule):
         init_from: a bundle whose encoder weights start the training (fine-tuning a
             self-supervised model; the CLI reads the data with its vocabularies). The architecture
             options must give the bundle's shapes, else one line says which differs.
+        class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
+            classes weigh more, from the training labels), ``"none"``, or one weight per class
+            (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
+        label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
+            labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
 
     With a label table (``spec.labels``, from ``data.labels``) the encoder gets a label head
     (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout and the head's loss is added
     to the weighted terms above (which may then both be 0); validation and test score the held-out
-    labelled entities (``val/loss``, and ``val/score``, minus the loss, which picks the checkpoint).
+    labelled entities: ``val/loss`` and ``val/score``, the labelled score
+    (:func:`~seqenc.training.label_score.label_score`: ROC-AUC of classes, R² of numbers, also
+    logged under its name), which picks the checkpoint and drives early stopping.
     """
 
     def __init__(
@@ -110,6 +120,8 @@ class SeqencModule(pl.LightningModule):
         filter_seen: bool | None = None,
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
+        class_weights: ClassWeights = "auto",
+        label_steps: int | None = None,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
@@ -138,8 +150,11 @@ class SeqencModule(pl.LightningModule):
         self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
+        # the label loss's class weights, from the training labels once they are known
+        self.register_buffer("label_weights", None, persistent=False)
         if spec.labels:
             self.encoder.head = SupervisedHead(self.config.d_model, **spec.labels)
+            self.label_outputs, self.label_targets = CatMetric(), CatMetric()
         if init_from is not None:
             self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
@@ -181,8 +196,15 @@ class SeqencModule(pl.LightningModule):
 
     def label_loss(self, batch: Batch, targets: torch.Tensor) -> torch.Tensor:
         """The label head's loss on the entity readouts of ``batch`` (mean over its rows)."""
+        return self._label_outputs_loss(batch, targets)[1]
+
+    def _label_outputs_loss(
+        self, batch: Batch, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The label head's outputs on ``batch`` and their (class-weighted) loss."""
         head = self.encoder.head
-        return head.loss(head(self.encoder.entity_embedding(batch)), targets)
+        outputs = head(self.encoder.entity_embedding(batch))
+        return outputs, head.loss(outputs, targets, self.label_weights)
 
     def next_item_loss(self, batch: Batch) -> torch.Tensor:
         """The objective's item-prediction loss on a training batch (mean over its targets)."""
@@ -298,10 +320,23 @@ class SeqencModule(pl.LightningModule):
             self._evaluate(batch, self.test_metrics)
 
     def _log_label_loss(self, stage: str, batch: Batch, targets: torch.Tensor) -> None:
-        """The label loss of held-out samples (epoch mean), and its negative as the score."""
-        loss = self.label_loss(batch, targets)
+        """The label loss of held-out samples (epoch mean); their outputs kept for the score."""
+        outputs, loss = self._label_outputs_loss(batch, targets)
         self.log(f"{stage}/loss", loss, batch_size=len(batch))
-        self.log(f"{stage}/score", -loss, batch_size=len(batch), prog_bar=stage == "val")
+        self.label_outputs.update(outputs.detach().float())
+        self.label_targets.update(targets)
+
+    def _log_label_score(self, stage: str) -> None:
+        """The labelled score of the epoch's held-out samples (every process's): ``STAGE/score``
+        and the same under its name (``roc_auc`` or ``r2``)."""
+        if not self.label_targets.update_count:
+            return
+        task = self.encoder.head.task
+        score = label_score(task, self.label_outputs.compute(), self.label_targets.compute())
+        self.label_outputs.reset()
+        self.label_targets.reset()
+        self.log(f"{stage}/score", score, prog_bar=stage == "val")
+        self.log(f"{stage}/{score_name(task)}", score)
 
     def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         # Both are of every process's targets already (summed states); sync_dist averages equal
@@ -318,10 +353,14 @@ class SeqencModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.encoder.head is None:
             self._log_metrics("val", self.val_metrics)
+        else:
+            self._log_label_score("val")
 
     def on_test_epoch_end(self) -> None:
         if self.encoder.head is None:
             self._log_metrics("test", self.test_metrics)
+        else:
+            self._log_label_score("test")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
@@ -356,7 +395,7 @@ class SeqencModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
         if self.encoder.head is not None:
-            log.info("evaluation: the label loss of the held-out labelled entities")
+            self._prepare_labels()
             return
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.loss == "sampled_softmax" and hasattr(datamodule, "item_counts"):
@@ -367,4 +406,20 @@ class SeqencModule(pl.LightningModule):
             "leave-one-basket-out" if self.spec.baskets else "leave-one-out",
             self.config.n_items - N_SPECIAL,
             "filtered" if self.filter_seen else "kept",
+        )
+
+    def _prepare_labels(self) -> None:
+        """Before a fine-tuning fit: the label loss's class weights from the training labels
+        (:func:`~seqenc.training.label_plan.class_weights`), printed with the score that picks
+        the checkpoint."""
+        head = self.encoder.head
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if head.task == "classification" and hasattr(datamodule, "labelled_splits"):
+            targets = datamodule.labelled_splits[0].targets
+            weights, why = class_weights(targets, head.classes, self.hparams.class_weights)
+            self.label_weights = None if weights is None else weights.to(self.device)
+            rank_zero_info(why)
+        rank_zero_info(
+            f"evaluation: {score_name(head.task)} of the held-out labelled entities (val/score), "
+            "which picks the checkpoint and drives early stopping"
         )
