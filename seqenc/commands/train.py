@@ -25,6 +25,7 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
+from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.label_plan import set_label_schedule
@@ -223,6 +224,7 @@ def trainer_defaults(name: str) -> dict:
             ModelCheckpoint(filename="last", save_on_train_epoch_end=True),
             WriteBundle(),
             Baselines(),
+            LabelBaselines(),
         ],
         "use_distributed_sampler": False,
         "gradient_clip_val": 1.0,

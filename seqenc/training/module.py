@@ -11,7 +11,6 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
-from torchmetrics.aggregation import CatMetric
 
 from seqenc.bundle import load_bundle
 from seqenc.data.spec import DataSpec
@@ -19,15 +18,14 @@ from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.model.head import SupervisedHead
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
-from seqenc.training.label_plan import ClassWeights, class_weights
-from seqenc.training.label_score import label_score, score_name
+from seqenc.training.label_head import LabelHead
+from seqenc.training.label_plan import ClassWeights
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
@@ -41,7 +39,7 @@ log = logging.getLogger(__name__)
 LabelledBatch = tuple[Batch, torch.Tensor] | list  # a batch of labelled samples and its targets
 
 
-class SeqencModule(pl.LightningModule):
+class SeqencModule(LabelHead, pl.LightningModule):
     """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
 
     Args:
@@ -150,11 +148,8 @@ class SeqencModule(pl.LightningModule):
         self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
-        # the label loss's class weights, from the training labels once they are known
-        self.register_buffer("label_weights", None, persistent=False)
         if spec.labels:
-            self.encoder.head = SupervisedHead(self.config.d_model, **spec.labels)
-            self.label_outputs, self.label_targets = CatMetric(), CatMetric()
+            self.add_label_head(spec.labels)
         if init_from is not None:
             self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
@@ -193,18 +188,6 @@ class SeqencModule(pl.LightningModule):
             loss = loss + hp.contrastive_weight * contrastive
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
-
-    def label_loss(self, batch: Batch, targets: torch.Tensor) -> torch.Tensor:
-        """The label head's loss on the entity readouts of ``batch`` (mean over its rows)."""
-        return self._label_outputs_loss(batch, targets)[1]
-
-    def _label_outputs_loss(
-        self, batch: Batch, targets: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The label head's outputs on ``batch`` and their (class-weighted) loss."""
-        head = self.encoder.head
-        outputs = head(self.encoder.entity_embedding(batch))
-        return outputs, head.loss(outputs, targets, self.label_weights)
 
     def next_item_loss(self, batch: Batch) -> torch.Tensor:
         """The objective's item-prediction loss on a training batch (mean over its targets)."""
@@ -319,25 +302,6 @@ class SeqencModule(pl.LightningModule):
         else:
             self._evaluate(batch, self.test_metrics)
 
-    def _log_label_loss(self, stage: str, batch: Batch, targets: torch.Tensor) -> None:
-        """The label loss of held-out samples (epoch mean); their outputs kept for the score."""
-        outputs, loss = self._label_outputs_loss(batch, targets)
-        self.log(f"{stage}/loss", loss, batch_size=len(batch))
-        self.label_outputs.update(outputs.detach().float())
-        self.label_targets.update(targets)
-
-    def _log_label_score(self, stage: str) -> None:
-        """The labelled score of the epoch's held-out samples (every process's): ``STAGE/score``
-        and the same under its name (``roc_auc`` or ``r2``)."""
-        if not self.label_targets.update_count:
-            return
-        task = self.encoder.head.task
-        score = label_score(task, self.label_outputs.compute(), self.label_targets.compute())
-        self.label_outputs.reset()
-        self.label_targets.reset()
-        self.log(f"{stage}/score", score, prog_bar=stage == "val")
-        self.log(f"{stage}/{score_name(task)}", score)
-
     def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         # Both are of every process's targets already (summed states); sync_dist averages equal
         # values, which keeps them, and is what Lightning asks of a distributed epoch figure.
@@ -406,20 +370,4 @@ class SeqencModule(pl.LightningModule):
             "leave-one-basket-out" if self.spec.baskets else "leave-one-out",
             self.config.n_items - N_SPECIAL,
             "filtered" if self.filter_seen else "kept",
-        )
-
-    def _prepare_labels(self) -> None:
-        """Before a fine-tuning fit: the label loss's class weights from the training labels
-        (:func:`~seqenc.training.label_plan.class_weights`), printed with the score that picks
-        the checkpoint."""
-        head = self.encoder.head
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if head.task == "classification" and hasattr(datamodule, "labelled_splits"):
-            targets = datamodule.labelled_splits[0].targets
-            weights, why = class_weights(targets, head.classes, self.hparams.class_weights)
-            self.label_weights = None if weights is None else weights.to(self.device)
-            rank_zero_info(why)
-        rank_zero_info(
-            f"evaluation: {score_name(head.task)} of the held-out labelled entities (val/score), "
-            "which picks the checkpoint and drives early stopping"
         )
