@@ -258,7 +258,17 @@ def test_cli_probes_aggregates_embeddings_and_both(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("aggregates ", "embeddings ", "aggregates+embeddings", "constant predictor"):
         assert name in out
+    assert "3 folds (stratified for classes, shuffled with seed 0), the same for every row" in out
     records = pd.read_json(tmp_path / "r.json")
+    # the paired differences are those of the per-fold scores of the same folds
+    for model in ("linear", "trees"):
+        rows = records[records["model"] == model].set_index("features")
+        assert np.isnan(rows.loc["aggregates", "paired_roc_auc"])
+        for name in ("embeddings", "aggregates+embeddings"):
+            gap = rows.loc[name, "roc_auc_mean"] - rows.loc["aggregates", "roc_auc_mean"]
+            assert rows.loc[name, "paired_roc_auc"] == pytest.approx(gap)
+        assert f"{model:<7} embeddings" in out
+    assert out.count("(vs aggregates ") == 4 * 2  # 4 rows, 2 metrics
     sets = ["aggregates", "embeddings", "aggregates+embeddings"]
     assert list(records["features"]) == sets * 2  # both probes by default
     assert list(records["model"]) == ["linear"] * 3 + ["trees"] * 3
