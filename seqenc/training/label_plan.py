@@ -37,7 +37,8 @@ def label_schedule(
 ) -> tuple[int, int, str]:
     """``(steps, epochs, why)`` of a fine-tuning fit over ``n_rows`` labelled training rows in
     ``batches_per_epoch`` batches: ``label_steps`` if given, else :data:`LABEL_EPOCHS` epochs
-    bounded to ``[MIN_LABEL_STEPS, MAX_LABEL_STEPS]``; an explicit ``max_steps`` (>= 0) wins."""
+    bounded to ``[MIN_LABEL_STEPS, MAX_LABEL_STEPS]``, rounded up to whole epochs (each ends with
+    a validation); an explicit ``max_steps`` (>= 0) wins as it is."""
     batches = max(1, batches_per_epoch)
     if max_steps >= 0:
         steps, how = max_steps, "trainer.max_steps"
@@ -53,8 +54,11 @@ def label_schedule(
             "model.label_steps sets it"
         )
     epochs = max(1, math.ceil(steps / batches))
+    if max_steps < 0:  # whole epochs: the last one ends with a validation
+        steps = epochs * batches
     why = (
-        f"fine-tuning schedule: {steps:,} steps = {epochs} epochs of {batches} batches over "
+        f"fine-tuning schedule: {steps:,} steps = {epochs} epoch{'s' * (epochs > 1)} of "
+        f"{batches} batches over "
         f"{n_rows:,} labelled training rows ({how})"
     )
     return steps, epochs, why
