@@ -24,6 +24,7 @@ from seqenc.evaluate.probe import (
     feature_matrix,
     prediction_scores,
     probe,
+    probe_fold,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "predict_at",
     "prediction_scores",
     "probe",
+    "probe_fold",
 ]

@@ -195,12 +195,10 @@ def probe(
         raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     x, y, counts = _align(features, labels, label_column, on)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
-    search = estimator(task, model, n_splits, seed)[1]
     folds: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for train, test in splits:
-        _fit(search, x[train], y[train])
-        for name, value in _scores(metrics, task, search, x[test], y[test]).items():
+        for name, value in probe_fold(x, y, task, model, train, test, n_splits, seed).items():
             folds.setdefault(name, []).append(value)
         for name, value in _baseline(metrics, task, y[train], y[test]).items():
             base.setdefault(name, []).append(value)
@@ -213,6 +211,23 @@ def probe(
         baseline={k: float(np.mean(v)) for k, v in base.items()},
         label_rows=counts,
     )
+
+
+def probe_fold(
+    x: np.ndarray,
+    y: np.ndarray,
+    task: str,
+    model: Model,
+    train: np.ndarray,
+    test: np.ndarray,
+    n_splits: int = 5,
+    seed: int = 0,
+) -> dict[str, float]:
+    """One fold of :func:`probe`: the probe fitted on rows ``train`` of ``x`` and coded labels
+    ``y`` (:func:`cv_folds`), scored on rows ``test`` (so one fold can run on its own)."""
+    search = estimator(task, model, n_splits, seed)[1]
+    _fit(search, x[train], y[train])
+    return _scores(task, search, x[test], y[test])
 
 
 def cv_folds(
@@ -321,7 +336,7 @@ class _HoldoutSearch:
         return self.model_.predict_proba(x)
 
 
-def _scores(metrics, task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+def _scores(task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     if task == "regression":
         return prediction_scores(task, y, model.predict(x))
     return prediction_scores(task, y, model.predict_proba(x), model.classes_)
