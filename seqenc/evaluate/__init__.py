@@ -16,10 +16,10 @@ scikit-learn is an optional dependency (``pip install 'seqenc[eval]'``), importe
 
 from __future__ import annotations
 
+from seqenc.evaluate.compare import compare
 from seqenc.evaluate.features import aggregate_features, embed_at, predict_at
 from seqenc.evaluate.probe import (
     ProbeResult,
-    compare,
     cv_folds,
     feature_matrix,
     prediction_scores,

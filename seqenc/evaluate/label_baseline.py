@@ -104,9 +104,10 @@ class LabelBaselines(Callback):
             print(f"  aggregates baseline: not computed: {e}")
             return
         what = "ridge" if head.task == "regression" else "logistic"
+        when = "whole histories" if trainer.datamodule.label_table.as_of is None else "as_of"
         print(
             f"  {f'aggregates, {what} regression':<34} {score:.4f} ({n_features} hand-made "
-            f"features at each label's as_of, fitted on the {n_train:,} training rows)"
+            f"features, {when}, fitted on the {n_train:,} training rows)"
         )
         for logger in trainer.loggers:
             logger.log_metrics({f"baseline/aggregates/{name}": score})
