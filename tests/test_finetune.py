@@ -5,10 +5,12 @@ its predictions; the folds are the probe's."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -273,3 +275,25 @@ def test_the_labelled_score_is_sklearns_roc_auc_and_r2():
     guess = target + rng.normal(size=300)
     got = label_score("regression", torch.from_numpy(guess)[:, None], torch.from_numpy(target))
     assert got == pytest.approx(r2_score(target, guess))
+
+
+def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
+    from seqenc.evaluate.label_baseline import LabelBaselines
+
+    probe_module = importlib.import_module("seqenc.evaluate.probe")  # the name is also a function
+
+    def missing():
+        raise SeqencError("seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'")
+
+    monkeypatch.setattr(probe_module, "_sklearn", missing)
+    module = SimpleNamespace(
+        encoder=SimpleNamespace(head=SupervisedHead(4, "classification", [0, 1]))
+    )
+    datamodule = SimpleNamespace(labelled_splits=(None, SimpleNamespace(rows=np.arange(10))))
+    trainer = SimpleNamespace(datamodule=datamodule, is_global_zero=True, callback_metrics={})
+    LabelBaselines().on_test_end(trainer, module)
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "  aggregates baseline: not computed: seqenc.evaluate.probe needs scikit-learn: "
+        "pip install 'seqenc[eval]'"
+    )

@@ -56,14 +56,14 @@ def aggregates_at(
 def aggregates_score(datamodule: object, task: str, n_classes: int) -> tuple[float, int, int]:
     """``(score, n_features, n_rows)`` of the aggregates' linear model, fitted on the
     datamodule's labelled training rows and scored on its held-out ones."""
+    kind = "regression" if task == "regression" else "binary" if n_classes == 2 else "multiclass"
+    model = estimator(kind, "linear")[1]  # first: without scikit-learn, nothing else is computed
     labels = datamodule.label_table
     train, held = datamodule.labelled_splits
     x, kept = aggregates_at(datamodule, labels, _union(train, held))
     n_train = len(train.rows)
     is_train = kept < n_train
     targets = np.concatenate([train.targets, held.targets])[kept]
-    kind = "regression" if task == "regression" else "binary" if n_classes == 2 else "multiclass"
-    model = estimator(kind, "linear")[1]
     with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
         warnings.simplefilter("ignore", FutureWarning)
         model.fit(x[is_train], targets[is_train])
