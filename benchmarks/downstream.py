@@ -714,8 +714,10 @@ def merge(paths: list[Path], dataset: Dataset, name: str, output: str | None) ->
     raws = [json.loads(p.read_text()) for p in paths]
     if any(raw.get("mode") == "folds" for raw in raws):
         merged = {"dataset": raws[0]["dataset"], "mode": "folds", "folds": {}, "fit_s": {}}
-        for raw in raws:
-            merged["folds"] |= raw["folds"]
+        for raw in raws:  # the same fold in two runs (scratch and init): their methods side by side
+            for k, tasks in raw["folds"].items():
+                for task, scores in tasks.items():
+                    merged["folds"].setdefault(k, {}).setdefault(task, {}).update(scores)
             merged["fit_s"] |= raw.get("fit_s", {})
         merged["command"] = [raw["command"] for raw in raws]
         merged["n_rows"] = raws[0]["n_rows"]
