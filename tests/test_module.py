@@ -166,6 +166,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "contrastive_temperature": (0.1, 0.5), "contrastive_min_share": (0.5, 0.3),
         "lr": (1e-3, 0.1), "weight_decay": (0.01, 0.5), "warmup_steps": (100, 7),
         "filter_seen": (None, True), "ks": ((10, 20), (5,)),
+        "class_weights": ("auto", "none"), "label_steps": (None, 10),
     }  # fmt: skip
     options = [
         p
