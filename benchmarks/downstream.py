@@ -1,9 +1,22 @@
-"""Downstream evaluation: aggregates alone vs embeddings alone vs both, on Ta-Feng, Berka and the sample.
+"""Downstream evaluation: aggregates alone vs embeddings alone vs both, on Ta-Feng, Berka, the ICU
+stays of PhysioNet 2012 and the sample.
 
 One command per data set::
 
     OMP_NUM_THREADS=1 python benchmarks/downstream.py --data tafeng --seeds 0 1 2 3 4
     OMP_NUM_THREADS=1 python benchmarks/downstream.py --data berka --seeds 0 1 2 3 4
+
+Fold by fold (``--folds``), e.g. one process per fold, then one table::
+
+    OMP_NUM_THREADS=1 python benchmarks/downstream.py --data physionet --folds 0 \
+        --bundles SELF_SUPERVISED_BUNDLE --finetune scratch --tag ft
+    python benchmarks/downstream.py --data physionet --merge benchmarks/results/downstream-physionet-ft-fold*.json --tag ft
+
+scores each fold of the probes' 5 stratified folds on its own: the probes (aggregates, and with
+``--bundles`` the bundle's embeddings and both; linear and trees), with ``--finetune`` a
+fine-tuned model (``scratch``, or ``init`` from the bundle) trained on the other folds' labels, and
+on the ICU stays a reference GRU on hourly bins (``benchmarks/hourly_gru.py``): per fold, mean ±
+std and the paired differences from the aggregates' linear probe.
 
 1. Prepares the data set (``datasets/prep_tafeng.py`` / ``prep_berka.py`` from ``../shared/data``)
    into ``--work``.
@@ -20,7 +33,8 @@ One command per data set::
    and the raw per-fold scores as JSON beside it. ``--merge A.json B.json --tag T`` makes one table
    from several runs (e.g. seeds run in parallel processes), without training.
 
-Tasks and their leakage rules: ``datasets/cards/ta-feng.md``, ``datasets/cards/berka.md``.
+Tasks and their leakage rules: ``datasets/cards/ta-feng.md``, ``datasets/cards/berka.md``,
+``datasets/cards/physionet2012.md``.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hourly_gru import gru_fold  # benchmarks/hourly_gru.py, beside this script
 
 from seqenc import EventSchema, load_encoder
 from seqenc.atomic import write_text
@@ -45,10 +60,13 @@ from seqenc.evaluate import (
     aggregate_features,
     cv_folds,
     embed_at,
+    feature_matrix,
     predict_at,
     prediction_scores,
     probe,
+    probe_fold,
 )
+from seqenc.evaluate.features import VALUE_STATS
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"
@@ -70,7 +88,11 @@ class Dataset:
     on: list[str]
     tasks: dict[str, str]  # task -> metric
     tree_tasks: list[str]  # the tasks the tree probe runs on (all but controls)
+    source: str  # its folder under ../shared/data
     max_categories: dict[str, int] = field(default_factory=dict)
+    value_stats: tuple[str, ...] = ()  # aggregate_features' per-value numeric summaries
+    reference_gru: bool = False  # also the GRU on hourly bins (ICU stays) in --folds mode
+    fit_options: list[str] = field(default_factory=list)  # `seqenc fit` options of every fit
 
 
 DATASETS = {
@@ -96,6 +118,7 @@ DATASETS = {
             "february_spend": "r2",
         },
         tree_tasks=["age_group", "age_under_35", "buys_february", "february_spend"],
+        source="ta-feng",
         # The most frequent 100 subclasses (of 2,012) and 50 products (of 23,812): counts, shares
         # and spend shares of each, plus an "<other>" column.
         max_categories={"subclass": 100, "product_id": 50},
@@ -124,6 +147,37 @@ DATASETS = {
             "age": "r2",
         },
         tree_tasks=["gender", "age_group", "statement", "loan_default", "loan_next_12m", "age"],
+        source="berka",
+    ),
+    "physionet": Dataset(
+        config="configs/account_events.yaml",  # the documented config of an account-like log
+        prep="datasets/prep_physionet.py",
+        events="physionet_events.parquet",
+        train="physionet_events.parquet",
+        labels="physionet_labels.parquet",
+        schema=EventSchema(
+            entity="stay_id", item="parameter", timestamp="timestamp", numeric=["value"]
+        ),
+        on=["stay_id", "as_of"],
+        tasks={"in_hospital_death": "roc_auc"},
+        tree_tasks=["in_hospital_death"],
+        source="physionet2012-b",
+        # every one of the 41 parameters gets its own columns, with its values' mean, min, max
+        # and last: a clinician's per-parameter summary
+        max_categories={"parameter": 64},
+        value_stats=VALUE_STATS,
+        reference_gru=True,
+        # the schema on the command line, as a user of a generic config gives it
+        fit_options=[
+            "--data.schema.entity",
+            "stay_id",
+            "--data.schema.item",
+            "parameter",
+            "--data.schema.categorical",
+            "[]",
+            "--data.schema.numeric",
+            "[value]",
+        ],  # fmt: skip
     ),
 }
 SAMPLE = ROOT / "datasets/sample/events.parquet"
@@ -132,11 +186,18 @@ SAMPLE_SCHEMA = EventSchema(categorical=["event_type", "channel"], numeric=["amo
 
 
 def fit(
-    config: str, seed: int, data: Path, work: Path, extra: list[str], checkpoint: str = "best"
+    config: str,
+    seed: int,
+    data: Path,
+    work: Path,
+    extra: list[str],
+    checkpoint: str = "best",
+    layers: tuple[str, ...] = (FEATURES_CONFIG,),
 ) -> tuple[Path, float, dict]:
     """Train one model with ``seqenc fit`` in ``work`` (its runs/ go there, so two benchmarks at
-    once never share a run folder); returns the bundle of its best-validation (as ``seqenc fit``
-    writes it) or last-epoch checkpoint, the wall time and the printed next-event test table."""
+    once never share a run folder), ``config`` with ``layers`` layered on it; returns the bundle of
+    its best-validation (as ``seqenc fit`` writes it) or last-epoch checkpoint, the wall time and
+    the printed next-event test table."""
     # `-- --config configs/X.yaml` names a file of the repository, as the main config does; the
     # run's folder is `work`, so a relative path is resolved against the repository root here.
     extra = [
@@ -146,7 +207,7 @@ def fit(
     cmd = [
         sys.executable, "-m", "seqenc.cli", "fit",
         "--config", str(ROOT / config),
-        "--config", str(ROOT / FEATURES_CONFIG),
+        *(arg for layer in layers for arg in ("--config", str(ROOT / layer))),
         "--seed_everything", str(seed),
         "--data.path", str(Path(data).resolve()),
         "--trainer.enable_progress_bar", "false",
@@ -276,30 +337,52 @@ def task_rows(
 def finetune_scores(
     run: FitRun, rows: pd.DataFrame, task: str, on: list[str], events: pd.DataFrame
 ) -> dict:
-    """Fine-tunes the encoder (``seqenc fit`` with ``configs/finetune.yaml``, from the seed's
-    self-supervised bundle) on each training fold of the probes' folds of ``rows`` and scores its
-    predictions on the held-out fold: the same rows and folds as the probes (:func:`cv_folds`),
-    so the scores pair fold by fold; the checkpoint is picked on a share of the training fold."""
-    kind, y, classes, splits = cv_folds(rows[task].to_numpy())
+    """Fine-tunes the encoder (:func:`finetune_fold`) on each training fold of the probes' folds
+    of ``rows`` and scores its predictions on the held-out fold: the same rows and folds as the
+    probes (:func:`cv_folds`), so the scores pair fold by fold."""
+    kind, _, classes, splits = cv_folds(rows[task].to_numpy())
     folds: dict[str, list[float]] = {}
-    for k, (train, test) in enumerate(splits):
-        if set(rows[on[0]].iloc[train]) & set(rows[on[0]].iloc[test]):
-            sys.exit(f"{task}: an entity has rows in both the training and the test fold")
-        path = run.work / f"finetune-{task}-seed{run.seed}-fold{k}.parquet"
-        rows.iloc[train].to_parquet(path)
-        extra = ["--config", FINETUNE_CONFIG, "--data.labels", str(path)]
-        extra += ["--data.label_column", task, "--model.init_from", str(run.bundle)]
-        tuned, wall, _ = fit(run.config, run.seed, run.events, run.work, [*run.extra, *extra])
-        held = rows.iloc[test][on].reset_index(drop=True)
-        keys, output = predict_at(load_encoder(tuned, "cpu"), events, held)
-        order = held.reset_index().merge(keys.reset_index(), on=on)  # prediction of each row
-        output = _in_classes(output[order["index_y"]], tuned, classes, kind)
-        for name, value in prediction_scores(kind, y[test][order["index_x"]], output).items():
+    for k in range(len(splits)):
+        for name, value in finetune_fold(run, rows, task, on, events, k, kind, classes).items():
             folds.setdefault(name, []).append(value)
-        print(
-            f"  {task}/fine-tuned fold {k}: {len(order)} rows, trained in {wall:.0f} s", flush=True
-        )
     return {"n_rows": len(rows), "folds": folds}
+
+
+def finetune_fold(
+    run: FitRun,
+    rows: pd.DataFrame,
+    task: str,
+    on: list[str],
+    events: pd.DataFrame,
+    k: int,
+    kind: str,
+    classes: list,
+) -> dict[str, float]:
+    """One fold ``k`` of the probes' folds of ``rows``: ``seqenc fit`` with
+    ``configs/finetune.yaml`` on the training fold's labels (from the run's self-supervised bundle
+    when it has one, layered on the configs it was trained with; else from scratch), its
+    checkpoint picked on a share of the training fold; scored on the held-out fold."""
+    _, y, _, splits = cv_folds(rows[task].to_numpy())
+    train, test = splits[k]
+    if set(rows[on[0]].iloc[train]) & set(rows[on[0]].iloc[test]):
+        sys.exit(f"{task}: an entity has rows in both the training and the test fold")
+    start = "init" if run.bundle is not None else "scratch"
+    path = run.work / f"finetune-{task}-{start}-seed{run.seed}-fold{k}.parquet"
+    rows.iloc[train].to_parquet(path)
+    extra = ["--data.labels", str(path), "--data.label_column", task]
+    layers: tuple[str, ...] = (FINETUNE_CONFIG,)
+    if run.bundle is not None:
+        extra += ["--model.init_from", str(run.bundle)]
+        layers = (FEATURES_CONFIG, FINETUNE_CONFIG)
+    tuned, wall, _ = fit(
+        run.config, run.seed, run.events, run.work, [*run.extra, *extra], layers=layers
+    )
+    held = rows.iloc[test][on].reset_index(drop=True)
+    keys, output = predict_at(load_encoder(tuned, "cpu"), events, held)
+    order = held.reset_index().merge(keys.reset_index(), on=on)  # prediction of each row
+    output = _in_classes(output[order["index_y"]], tuned, classes, kind)
+    print(f"  {task}/fine-tuned fold {k}: {len(order)} rows, trained in {wall:.0f} s", flush=True)
+    return prediction_scores(kind, y[test][order["index_x"]], output)
 
 
 def _in_classes(output: np.ndarray, bundle: Path, classes: list, kind: str) -> np.ndarray:
@@ -344,11 +427,12 @@ def entity_subset(labels: pd.DataFrame, entity: str, n: int | None) -> pd.DataFr
 @dataclass
 class FitRun:
     """What a fine-tune of one seed needs: the data config, the seed and its self-supervised
-    bundle, the event log read up to each label's cut-off, the work folder and fit overrides."""
+    bundle (``None``: from scratch), the event log read up to each label's cut-off, the work
+    folder and fit overrides."""
 
     config: str
     seed: int
-    bundle: Path
+    bundle: Path | None
     events: Path
     work: Path
     extra: list[str]
@@ -484,12 +568,33 @@ def main() -> None:
     parser.add_argument(
         "--entities", type=int, default=None, help="a fixed draw of this many labelled entities"
     )
+    parser.add_argument(
+        "--folds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="fold mode: score these of the probes' 5 folds only (0-4; one process per fold, "
+        "then --merge); embeddings from the first of --bundles, if given",
+    )
+    parser.add_argument(
+        "--finetune",
+        choices=("scratch", "init"),
+        default=None,
+        help="fold mode: also a fine-tuned model per fold, from scratch or from the first of "
+        "--bundles (--model.init_from)",
+    )
+    parser.add_argument(
+        "--no-gru", action="store_true", help="fold mode: skip the reference GRU (ICU stays)"
+    )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
     args = parser.parse_args()
     dataset = DATASETS[args.data]
+    args.extra = [*dataset.fit_options, *args.extra]
     name = f"downstream-{args.data}{'-' + args.tag if args.tag else ''}"
     if args.merge:
         return merge([Path(p) for p in args.merge], dataset, name, args.output)
+    if args.finetune == "init" and not args.bundles:
+        sys.exit("--finetune init starts from a self-supervised bundle: give --bundles")
     start = time.perf_counter()
     chosen = dataset.tasks if args.tasks is None else args.tasks
     tasks = {t: dataset.tasks[t] for t in chosen}
@@ -497,14 +602,16 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     on = dataset.on
     if tasks:
-        source = args.source or str(
-            ROOT.parent / "shared/data" / args.data.replace("tafeng", "ta-feng")
-        )
+        source = args.source or str(ROOT.parent / "shared/data" / dataset.source)
         events, labels = prepare(dataset, source, work)
         labels = entity_subset(labels, on[0], args.entities)
         cutoffs = labels[on].drop_duplicates()
         aggregates = aggregate_features(
-            events, dataset.schema, cutoffs, max_categories=dataset.max_categories or 20
+            events,
+            dataset.schema,
+            cutoffs,
+            max_categories=dataset.max_categories or 20,
+            value_stats=dataset.value_stats,
         )
     sample = pd.read_parquet(SAMPLE)
     sample_labels = sample.groupby("entity_id", as_index=False)["account_type"].first()
@@ -513,6 +620,13 @@ def main() -> None:
     tree_tasks = dataset.tree_tasks if args.tree_tasks is None else args.tree_tasks
     linear_tasks = list(tasks) if args.linear_tasks is None else args.linear_tasks
     plan = probe_plan(list(tasks), linear_tasks, tree_tasks)
+    if args.folds is not None:
+        config = args.config or dataset.config
+        fits = FitRun(config, args.seeds[0] if args.seeds else 0, None, work / dataset.events,
+                      work, args.extra)  # fmt: skip
+        raw = fold_scores(args, dataset, plan, events, labels, aggregates, fits)
+        folds = "".join(str(k) for k in args.folds)
+        return write_folds(raw, dataset, f"{name}-fold{folds}", args.output, start)
     sample_plan = {task: ["linear", "trees"] for task in SAMPLE_TASKS}
     if not args.seeds:
         evaluate(plan, labels, aggregates, None, on, cache)
@@ -596,8 +710,18 @@ def write(header: str, raw: dict, dataset: Dataset, name: str, output: str | Non
 
 def merge(paths: list[Path], dataset: Dataset, name: str, output: str | None) -> None:
     """One table over the seeds of several runs of the same configuration (e.g. seeds run in
-    parallel processes)."""
+    parallel processes), or over the folds of several fold-mode runs."""
     raws = [json.loads(p.read_text()) for p in paths]
+    if any(raw.get("mode") == "folds" for raw in raws):
+        merged = {"dataset": raws[0]["dataset"], "mode": "folds", "folds": {}, "fit_s": {}}
+        for raw in raws:  # the same fold in two runs (scratch and init): their methods side by side
+            for k, tasks in raw["folds"].items():
+                for task, scores in tasks.items():
+                    merged["folds"].setdefault(k, {}).setdefault(task, {}).update(scores)
+            merged["fit_s"] |= raw.get("fit_s", {})
+        merged["command"] = [raw["command"] for raw in raws]
+        merged["n_rows"] = raws[0]["n_rows"]
+        return write_folds(merged, dataset, name, output, None)
     merged = {
         key: [item for raw in raws for item in raw[key]] for key in ("runs", "sample", "next_event")
     }
@@ -607,6 +731,138 @@ def merge(paths: list[Path], dataset: Dataset, name: str, output: str | None) ->
     write(
         header, merged | {"dataset": raws[0]["dataset"], "command": commands}, dataset, name, output
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Fold mode: one fold of the probes' folds at a time, every method on it
+
+
+def fold_scores(
+    args: argparse.Namespace,
+    dataset: Dataset,
+    plan: dict[str, list[str]],
+    events: pd.DataFrame,
+    labels: pd.DataFrame,
+    aggregates: pd.DataFrame,
+    fits: FitRun,
+) -> dict:
+    """Fold -> task -> method -> metric -> score, on the folds ``args.folds`` of the probes' folds
+    (:func:`cv_folds` of each task's rows: the same in every process). Methods: ``SET/PROBE`` for
+    the aggregates and, with a bundle, its embeddings and both; ``gru`` (the reference on hourly
+    bins, ICU stays); ``finetuned/scratch`` or ``finetuned/init`` (``--finetune``)."""
+    on = dataset.on
+    sets = {"aggregates": aggregates}
+    bundle = Path(args.bundles[0]).resolve() if args.bundles else None
+    if bundle is not None:
+        embeddings = embed_at(load_encoder(bundle, "cpu"), events, labels[on].drop_duplicates())
+        sets |= {"embeddings": embeddings, "both": aggregates.merge(embeddings, on=on)}
+    else:
+        print("no --bundles: the embeddings' probes are skipped", flush=True)
+    if args.finetune == "init":
+        fits = FitRun(fits.config, fits.seed, bundle, fits.events, fits.work, fits.extra)
+    out: dict[str, dict] = {str(k): {} for k in args.folds}
+    n_rows, fit_s = {}, {}
+    for task, models in plan.items():
+        rows = task_rows(labels, aggregates, task, on)
+        n_rows[task] = len(rows)
+        kind, y, classes, splits = cv_folds(rows[task].to_numpy())
+        x = {name: _aligned(rows, frame, on, name) for name, frame in sets.items()}
+        for k in args.folds:
+            train, test = splits[k]
+            scores = out[str(k)].setdefault(task, {})
+            for model in models:
+                for name in sets:
+                    scores[f"{name}/{model}"] = probe_fold(x[name], y, kind, model, train, test)
+            if dataset.reference_gru and kind == "binary" and not args.no_gru:
+                clock = time.perf_counter()
+                scores["gru"] = gru_fold(events, rows, y, train, test)
+                fit_s[f"{task}/gru/{k}"] = time.perf_counter() - clock
+            if args.finetune:
+                clock = time.perf_counter()
+                tuned = f"finetuned/{args.finetune}"  # scratch and init runs merge side by side
+                scores[tuned] = finetune_fold(fits, rows, task, on, events, k, kind, classes)
+                fit_s[f"{task}/{tuned}/{k}"] = time.perf_counter() - clock
+            print(f"fold {k} {task}: " + json.dumps(scores), flush=True)
+    command = "OMP_NUM_THREADS=1 python benchmarks/downstream.py " + " ".join(sys.argv[1:])
+    return {"dataset": args.data, "mode": "folds", "folds": out, "n_rows": n_rows,
+            "fit_s": fit_s, "command": command}  # fmt: skip
+
+
+def _aligned(rows: pd.DataFrame, frame: pd.DataFrame, on: list[str], name: str) -> np.ndarray:
+    """The feature matrix of ``frame`` in the order of ``rows`` (every row must have one)."""
+    joined = rows[on].merge(frame, on=on, how="left")
+    missing = joined.drop(columns=on).isna().all(axis=1)
+    if missing.any():
+        sys.exit(f"{name}: {int(missing.sum())} labelled rows have no features")
+    return feature_matrix(joined, exclude=on)
+
+
+REFERENCE = "aggregates/linear"  # what every method is paired against
+
+
+def fold_rows(raw: dict, tasks: dict[str, str]) -> list[dict]:
+    """Per task and method: the folds' scores, their mean ± std and the paired difference from
+    :data:`REFERENCE` on the same folds."""
+    folds = sorted(raw["folds"], key=int)
+    rows = []
+    for task, metric in tasks.items():
+        per_fold = {k: raw["folds"][k].get(task, {}) for k in folds}
+        methods = list(dict.fromkeys(m for scores in per_fold.values() for m in scores))
+        for method in methods:
+            done = [k for k in folds if method in per_fold[k]]
+            values = np.array([per_fold[k][method][metric] for k in done])
+            paired = [k for k in done if REFERENCE in per_fold[k]]
+            diff = np.array([per_fold[k][method][metric] - per_fold[k][REFERENCE][metric]
+                             for k in paired])  # fmt: skip
+            rows.append(
+                {"task": task, "metric": metric, "method": method, "n": raw["n_rows"].get(task),
+                 "folds": done, "values": values.tolist(), "mean": values.mean(),
+                 "std": values.std(), "diff_mean": diff.mean() if len(diff) else np.nan,
+                 "diff_std": diff.std() if len(diff) else np.nan}
+            )  # fmt: skip
+    return rows
+
+
+def fold_markdown(rows: list[dict]) -> str:
+    lines = [
+        f"| task (metric, n) | method | folds | mean ± std over folds | − {REFERENCE} (paired) "
+        "| per fold |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for r in rows:
+        diff = "—" if r["method"] == REFERENCE else f"{r['diff_mean']:+.4f} ± {r['diff_std']:.4f}"
+        paired = r["method"] != REFERENCE and len(r["folds"]) > 1  # a spread to beat
+        gain = paired and r["diff_mean"] > 2 * r["diff_std"]
+        per_fold = ", ".join(f"{v:.4f}" for v in r["values"])
+        lines.append(
+            f"| {r['task']} ({r['metric']}, {r['n']}) | {r['method']} | "
+            f"{','.join(map(str, r['folds']))} | {r['mean']:.4f} ± {r['std']:.4f} | "
+            f"{diff}{' **gain**' if gain else ''} | {per_fold} |"
+        )
+    return "\n".join(lines)
+
+
+def write_folds(
+    raw: dict, dataset: Dataset, name: str, output: str | None, start: float | None
+) -> None:
+    """The fold-mode table to ``output`` (default ``benchmarks/results/NAME.md``), JSON beside."""
+    rows = fold_rows(raw, dataset.tasks)
+    commands = raw["command"] if isinstance(raw["command"], list) else [raw["command"]]
+    header = "".join(f"run: `{c}`  \n" for c in commands)
+    header += (
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}; "
+        f"date: {time.strftime('%Y-%m-%d')}"
+        + (f"; wall time {time.perf_counter() - start:.0f} s" if start is not None else "")
+        + "; fits: "
+        + (", ".join(f"{k} {v:.0f} s" for k, v in sorted(raw["fit_s"].items())) or "none")
+        + "\n\n"
+    )
+    text = header + fold_markdown(rows) + "\n"
+    print(text)
+    path = Path(output or ROOT / f"benchmarks/results/{name}.md")
+    write_text(path, text)
+    write_text(path.with_suffix(".json"), json.dumps(raw | {"rows": rows}, indent=1, default=float))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,18 @@ def tiny_log() -> pd.DataFrame:
     return df.sample(frac=1.0, random_state=1)  # input order must not matter
 
 
+def test_value_stats_summarise_each_values_numbers_in_time_order():
+    agg = aggregate_features(tiny_log(), TINY_SCHEMA, value_stats=("mean", "min", "max", "last"))
+    u1, u2 = agg.set_index("user").loc["u1"], agg.set_index("user").loc["u2"]
+    # u1's kind=a amounts in time order: 10, 30, 20; u2 has no kind=a (the mean of those who do)
+    assert (u1["amount_mean[kind=a]"], u1["amount_min[kind=a]"]) == (20.0, 10.0)
+    assert (u1["amount_max[kind=a]"], u1["amount_last[kind=a]"]) == (30.0, 20.0)
+    assert u2["amount_last[kind=a]"] == 20.0 and u2["count[kind=a]"] == 0
+    assert (u2["amount_last[kind=b]"], u2["amount_mean[channel=web]"]) == (1.0, 4.0)
+    with pytest.raises(SeqencError, match="value_stats"):
+        aggregate_features(tiny_log(), TINY_SCHEMA, value_stats=("median",))
+
+
 def test_aggregates_match_hand_computed_values():
     agg = aggregate_features(tiny_log(), TINY_SCHEMA).set_index("user")
     u1, u2 = agg.loc["u1"], agg.loc["u2"]
@@ -246,7 +258,17 @@ def test_cli_probes_aggregates_embeddings_and_both(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("aggregates ", "embeddings ", "aggregates+embeddings", "constant predictor"):
         assert name in out
+    assert "3 folds (stratified for classes, shuffled with seed 0), the same for every row" in out
     records = pd.read_json(tmp_path / "r.json")
+    # the paired differences are those of the per-fold scores of the same folds
+    for model in ("linear", "trees"):
+        rows = records[records["model"] == model].set_index("features")
+        assert np.isnan(rows.loc["aggregates", "paired_roc_auc"])
+        for name in ("embeddings", "aggregates+embeddings"):
+            gap = rows.loc[name, "roc_auc_mean"] - rows.loc["aggregates", "roc_auc_mean"]
+            assert rows.loc[name, "paired_roc_auc"] == pytest.approx(gap)
+        assert f"{model:<7} embeddings" in out
+    assert out.count("(vs aggregates ") == 4 * 2  # 4 rows, 2 metrics
     sets = ["aggregates", "embeddings", "aggregates+embeddings"]
     assert list(records["features"]) == sets * 2  # both probes by default
     assert list(records["model"]) == ["linear"] * 3 + ["trees"] * 3

@@ -5,10 +5,12 @@ its predictions; the folds are the probe's."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -25,6 +27,12 @@ from seqenc.errors import SeqencError
 from seqenc.evaluate import cv_folds, prediction_scores, probe
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
+from seqenc.training.label_plan import (
+    MIN_LABEL_STEPS,
+    class_weights,
+    label_schedule,
+)
+from seqenc.training.label_score import label_score
 from tests.tiny import SCHEMA, tiny_events
 
 FIT = [
@@ -38,8 +46,8 @@ FIT = [
 ]  # fmt: skip
 
 
-def fit(folder: Path, *args: str) -> Path:
-    """``seqenc fit`` in ``folder``; the bundle it reports."""
+def fit(folder: Path, *args: str) -> tuple[Path, str]:
+    """``seqenc fit`` in ``folder``; the bundle it reports and what it printed."""
     old = Path.cwd()
     os.chdir(folder)
     try:
@@ -49,11 +57,11 @@ def fit(folder: Path, *args: str) -> Path:
     finally:
         os.chdir(old)
     line = out.getvalue().strip().splitlines()[-1]
-    return folder / line.removeprefix("bundle: ")
+    return folder / line.removeprefix("bundle: "), out.getvalue()
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+def tuned(tmp_path_factory) -> tuple[Path, pd.DataFrame, str]:
     """A fine-tuned bundle on a synthetic log whose label is its latent account type."""
     folder = tmp_path_factory.mktemp("finetune")
     events = tiny_events(300)
@@ -61,19 +69,19 @@ def tuned(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     labels = events.groupby("entity_id", as_index=False)["account_type"].first()
     labels.to_parquet(folder / "labels.parquet")
     torch.manual_seed(0)
-    bundle = fit(
+    bundle, printed = fit(
         folder,
         "--data.labels", "labels.parquet",
         "--data.label_column", "account_type",
         "--model.next_item_weight", "0",
-        "--trainer.max_epochs", "8",
+        "--model.label_steps", "24",
         "--seed_everything", "0",
     )  # fmt: skip
-    return bundle, labels
+    return bundle, labels, printed
 
 
 def test_the_bundle_keeps_the_head_and_embed_writes_its_predictions(tuned, tmp_path):
-    bundle, labels = tuned
+    bundle, labels, _ = tuned
     head = json.loads((bundle / "config.json").read_text())["head"]
     assert head["task"] == "classification" and head["classes"] == [0, 1, 2, 3]
     encoder, meta, _ = load_bundle(bundle)
@@ -106,19 +114,19 @@ def test_a_bundle_without_head_still_loads_and_writes_no_prediction(tmp_path):
 
 
 def test_init_from_starts_from_the_bundles_encoder_weights(tuned, tmp_path):
-    bundle, labels = tuned
+    bundle, labels, _ = tuned
     folder = bundle.parents[3]
     events = pd.read_parquet(folder / "events.parquet")
     events.to_parquet(tmp_path / "events.parquet")
     labels.to_parquet(tmp_path / "labels.parquet")
-    again = fit(
+    again, _ = fit(
         tmp_path,
         "--data.labels", "labels.parquet",
         "--data.label_column", "account_type",
         "--model.next_item_weight", "0",
         "--model.init_from", str(bundle),
         "--model.lr", "0",
-        "--trainer.max_epochs", "1",
+        "--model.label_steps", "3",
     )  # fmt: skip
     start, tuned_again = load_bundle(bundle)[0], load_bundle(again)[0]
     for name, value in start.state_dict().items():
@@ -201,3 +209,91 @@ def test_cv_folds_are_the_probes_and_hold_each_row_out_once():
     exact = np.eye(3)[codes]
     assert prediction_scores(task, codes, exact)["accuracy"] == 1.0
     assert probe(x, y).folds["accuracy"].shape == (len(splits),)
+
+
+def test_a_fine_tuning_fit_prints_its_plan_and_the_aggregates_beside_its_score(tuned):
+    printed = tuned[2]
+    assert "fine-tuning schedule: 24 steps = 8 epochs of 3 batches over 270 labelled" in printed
+    assert "early stopping: val/score, patience 10 validations" in printed
+    model = next(line for line in printed.splitlines() if line.strip().startswith("model "))
+    baseline = next(line for line in printed.splitlines() if "aggregates, logistic" in line)
+    assert 0.5 < float(model.split()[1]) <= 1.0  # the checkpoint's held-out ROC-AUC
+    assert 0.5 < float(baseline.split()[3]) <= 1.0
+    assert "fitted on the 270 training rows" in baseline
+
+
+def test_the_schedule_scales_with_the_labelled_rows_within_its_bounds():
+    assert label_schedule(3200, 50, None)[:2] == (30 * 50, 30)
+    assert label_schedule(100, 2, None)[:2] == (MIN_LABEL_STEPS, MIN_LABEL_STEPS // 2)
+    assert label_schedule(10**6, 800, None)[:2] == (3 * 800, 3)  # 2,000 steps: 3 whole epochs
+    assert label_schedule(3200, 50, 120)[:2] == (150, 3)  # model.label_steps, whole epochs
+    assert label_schedule(3200, 50, 120, max_steps=7)[:2] == (7, 1)  # an explicit max_steps
+    with pytest.raises(SeqencError, match="label_steps"):
+        label_schedule(3200, 50, 0)
+
+
+def test_class_weights_favour_rare_classes_clipped_and_overridable():
+    targets = np.array([0] * 86 + [1] * 14)
+    weights, why = class_weights(targets, [0, 1], "auto")
+    assert weights.tolist() == pytest.approx([1.0, 86 / 14]) and "1: 6.14" in why
+    rare = np.array([0] * 990 + [1] * 5 + [2] * 5)
+    assert class_weights(rare, ["a", "b", "c"], "auto")[0].tolist() == [1.0, 10.0, 10.0]
+    assert class_weights(targets, [0, 1], "none")[0] is None
+    assert class_weights(targets, [0, 1], [1.0, 3.0])[0].tolist() == [1.0, 3.0]
+    with pytest.raises(SeqencError, match="2 positive weights"):
+        class_weights(targets, [0, 1], [1.0])
+
+
+def test_the_weighted_loss_keeps_the_heads_probabilities_calibrated():
+    """Fitted to labels drawn with P(1) = 0.1, the weighted loss's free scores still read 0.1."""
+    head = SupervisedHead(4, "classification", classes=[0, 1])
+    targets = torch.tensor([1] * 10 + [0] * 90)
+    scores = torch.zeros(1, 2, requires_grad=True)
+    optimizer = torch.optim.SGD([scores], lr=1.0)
+    for _ in range(500):
+        optimizer.zero_grad()
+        head.loss(scores.expand(100, 2), targets, torch.tensor([1.0, 9.0])).backward()
+        optimizer.step()
+    assert head.predict(scores.detach())[0, 1].item() == pytest.approx(0.1, abs=1e-3)
+
+
+def test_the_labelled_score_is_sklearns_roc_auc_and_r2():
+    from sklearn.metrics import r2_score, roc_auc_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 300)
+    logits = torch.from_numpy(np.round(rng.normal(size=(300, 3)) + np.eye(3)[y], 1)).float()
+    probabilities = torch.softmax(logits, -1).numpy()  # rounded logits: tied scores
+    expected = roc_auc_score(y, probabilities, multi_class="ovr")
+    assert label_score("classification", logits, torch.from_numpy(y)) == pytest.approx(expected)
+    binary = y == 1
+    expected = roc_auc_score(binary, torch.softmax(logits[:, :2], -1).numpy()[:, 1])
+    got = label_score("classification", logits[:, :2], torch.from_numpy(binary.astype(int)))
+    assert got == pytest.approx(expected)
+    assert label_score("classification", logits[:, :2], torch.zeros(300)) == 0.5  # one class
+    target = rng.normal(size=300)
+    guess = target + rng.normal(size=300)
+    got = label_score("regression", torch.from_numpy(guess)[:, None], torch.from_numpy(target))
+    assert got == pytest.approx(r2_score(target, guess))
+
+
+def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
+    from seqenc.evaluate.label_baseline import LabelBaselines
+
+    probe_module = importlib.import_module("seqenc.evaluate.probe")  # the name is also a function
+
+    def missing():
+        raise SeqencError("seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'")
+
+    monkeypatch.setattr(probe_module, "_sklearn", missing)
+    module = SimpleNamespace(
+        encoder=SimpleNamespace(head=SupervisedHead(4, "classification", [0, 1]))
+    )
+    datamodule = SimpleNamespace(labelled_splits=(None, SimpleNamespace(rows=np.arange(10))))
+    trainer = SimpleNamespace(datamodule=datamodule, is_global_zero=True, callback_metrics={})
+    LabelBaselines().on_test_end(trainer, module)
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "  aggregates baseline: not computed: seqenc.evaluate.probe needs scikit-learn: "
+        "pip install 'seqenc[eval]'"
+    )

@@ -140,17 +140,18 @@ def test_time_is_off_when_the_log_has_no_timestamps():
 
 def test_shape_options_are_exactly_the_options_that_change_the_weights():
     """``SHAPE_OPTIONS`` (refused when resuming) against the models themselves: each of them
-    changes the weights' names or shapes in some configuration (``n_heads``: with the time bias);
+    changes the weights' names or shapes in some configuration (``n_heads``: with the time bias;
+    ``numeric_scaling``: with numeric features);
     no other option of the signature or of the encoder's does, in either configuration (the
     masking options with the masked objective, where they apply)."""
     import inspect
 
     from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, SHAPE_OPTIONS
 
-    def shapes(**options) -> dict:
+    def shapes(spec: DataSpec = SPEC, **options) -> dict:
         encoder = EncoderConfig(**{k: v for k, v in options.items() if k in ENCODER_FIELDS})
         rest = {k: v for k, v in options.items() if k not in ENCODER_FIELDS}
-        module = SeqencModule(SPEC, encoder=encoder, **rest)
+        module = SeqencModule(spec, encoder=encoder, **rest)
         return {k: v.shape for k, v in module.state_dict().items()}
 
     values = {
@@ -158,13 +159,14 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "n_heads": (2, 4), "ffn_mult": (4, 2), "dropout": (0.1, 0.5),
         "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
         "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
-        "n_time_buckets": (64, 32), "pooling": ("last", "mean"), "normalize": (False, True),
+        "n_time_buckets": (64, 32), "numeric_scaling": ("global", "per_item"), "pooling": ("last", "mean"), "normalize": (False, True),
         "loss": ("ce", "bce"), "loss_options": (None, {"n_negatives": 4}), "mask_prob": (0.2, 0.5),
         "replace_rule": (True, False), "mask_last_prob": (0.0, 0.5),
         "next_item_weight": (1.0, 0.5), "contrastive_weight": (0.0, 1.0),
         "contrastive_temperature": (0.1, 0.5), "contrastive_min_share": (0.5, 0.3),
         "lr": (1e-3, 0.1), "weight_decay": (0.01, 0.5), "warmup_steps": (100, 7),
         "filter_seen": (None, True), "ks": ((10, 20), (5,)),
+        "class_weights": ("auto", "none"), "label_steps": (None, 10),
     }  # fmt: skip
     options = [
         p
@@ -175,7 +177,8 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     options += sorted(ENCODER_FIELDS - set(FROM_DATA) - {"recency"})
     assert sorted(options) == sorted(values)  # a new option must be classified here
     changes = set()
-    for base in ({}, {"time_bias": True}):
+    numeric = DataSpec(EventSchema(numeric=["amount"]), SPEC.vocabs, history_len=8)
+    for base in ({}, {"time_bias": True}, {"spec": numeric}):
         for name in options:
             masking = name in ("mask_prob", "replace_rule", "mask_last_prob")
             where = {**base, "objective": "masked"} if masking else base

@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> None:
     if args.json:
         file_target(args.json)  # before the probes run
     table = _run(args)
-    print(format_table(table))
+    print(format_table(table, args.folds, args.seed))
     if args.json:
         with atomic_file(args.json) as tmp:
             Path(tmp).write_text(json.dumps(table.to_dict(orient="records"), indent=1))
@@ -118,16 +119,32 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
         models=args.model,
         n_splits=args.folds,
         seed=args.seed,
+        reference="aggregates" if "aggregates" in sets else None,
     )
 
 
-def format_table(table: pd.DataFrame) -> str:
-    """Feature sets × metrics as ``mean ± std`` over folds."""
+def format_table(table: pd.DataFrame, folds: int, seed: int) -> str:
+    """Feature sets × metrics as ``mean ± std`` over folds, each beside its paired difference
+    from the aggregates on the same folds (when there are aggregates)."""
     metrics = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
-    lines = []
+    paired = "aggregates" in set(table["features"])
+    lines = [
+        f"{folds} folds (stratified for classes, shuffled with seed {seed}), the same for every "
+        "row: "
+        + (
+            "(vs aggregates) is each fold's score minus the aggregates' on that fold"
+            if paired
+            else "no aggregates to compare with (give --events for the hand-made features)"
+        )
+    ]
     for row in table.itertuples(index=False):
         d = row._asdict()
-        cells = [f"{m} {d[m + '_mean']:.4f} ± {d[m + '_std']:.4f}" for m in metrics]
+        cells = []
+        for m in metrics:
+            cell = f"{m} {d[m + '_mean']:.4f} ± {d[m + '_std']:.4f}"
+            if not pd.isna(d.get(f"paired_{m}", np.nan)):
+                cell += f" (vs aggregates {d[f'paired_{m}']:+.4f} ± {d[f'paired_{m}_std']:.4f})"
+            cells.append(cell)
         lines.append(
             f"{d['model']:<7} {d['features']:<22} n={d['n_rows']:<6} d={d['n_features']:<5} "
             + "  ".join(cells)

@@ -25,13 +25,15 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
+from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
 
 MONITOR = "val/ndcg@10"
-LABEL_MONITOR = "val/score"  # with data.labels: minus the label loss of the held-out entities
+LABEL_MONITOR = "val/score"  # with data.labels: ROC-AUC or R² of the held-out labelled entities
 MAX_EPOCHS = 20
 PATIENCE = 10
 
@@ -90,12 +92,29 @@ class SeqencCLI(LightningCLI):
             config.data.vocabs_from = config.data.get("vocabs_from") or config.model.init_from
 
     def before_fit(self) -> None:
-        if self.model.encoder.head is not None:  # fine-tuning: the label loss picks the checkpoint
-            for callback in self.trainer.callbacks:
-                if getattr(callback, "monitor", None) == MONITOR:
-                    callback.monitor = LABEL_MONITOR
         if self.trainer.is_global_zero:
             print(self.datamodule.vocabs.describe())
+        if self.model.encoder.head is not None:  # fine-tuning: the labelled score picks
+            self._fine_tuning()
+
+    def _fine_tuning(self) -> None:
+        """A fit with a label head: the labelled validation score picks the checkpoint and drives
+        early stopping, the schedule comes from the labelled rows, and the aggregates' score is
+        printed beside the model's after the test (:class:`LabelBaselines`)."""
+        stopping = None
+        for callback in self.trainer.callbacks:
+            if getattr(callback, "monitor", None) == MONITOR:
+                callback.monitor = LABEL_MONITOR
+            if isinstance(callback, ConfiguredEarlyStopping):
+                stopping = callback
+        why = set_label_schedule(self.trainer, self.datamodule, self.model.hparams.label_steps)
+        if self.trainer.is_global_zero:
+            print(why)
+            if stopping is not None:
+                print(
+                    f"early stopping: {LABEL_MONITOR}, patience {stopping.patience} validations "
+                    f"(one an epoch), none before {stopping.min_share:.0%} of the schedule"
+                )
 
     def check_before_start(self) -> None:
         """What fails before anything is seeded or built (so before Lightning's banner): a seed
@@ -205,6 +224,7 @@ def trainer_defaults(name: str) -> dict:
             ModelCheckpoint(filename="last", save_on_train_epoch_end=True),
             WriteBundle(),
             Baselines(),
+            LabelBaselines(),
         ],
         "use_distributed_sampler": False,
         "gradient_clip_val": 1.0,
@@ -266,6 +286,8 @@ FIRST_OPTIONS = {
         ("encoder.repeat_head", "copy head for repeated items (null: from the data)"),
         ("lr", "AdamW learning rate (warm-up, then cosine decay)"),
         ("init_from", "a bundle whose encoder weights start the fit (fine-tuning)"),
+        ("class_weights", "fine-tuning: auto (rare classes weigh more), none, or a list"),
+        ("label_steps", "fine-tuning: optimizer steps (null: from the labelled rows)"),
         ("warmup_steps", "linear warm-up steps"),
     ],
     "trainer": [

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import numpy as np
@@ -14,17 +13,26 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
-from seqenc.data.batches import Batch, collate
 from seqenc.data.bounds import PerColumn, VocabBounds
+from seqenc.data.datasets import LabelledDataset, ViewDataset
 from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
-from seqenc.data.labels import LabelledView, Labels, LabelTask, labelled_view, read_labels, subset
+from seqenc.data.labels import (
+    LabelledView,
+    Labels,
+    LabelTask,
+    hold_out,
+    labelled_view,
+    read_labels,
+)
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
     SequenceStore,
+    auto_history_len,
     build_sequences,
+    check_history_len,
     fit_catalogue,
     repeat_share,
     require_trainable,
@@ -39,38 +47,6 @@ from seqenc.data.split import (
 )
 from seqenc.data.vocab import Vocabularies, read_vocabs
 from seqenc.errors import SeqencError
-
-
-class ViewDataset(Dataset):
-    """Indexed by a whole index array: ``dataset[idx]`` is one collated :class:`Batch`."""
-
-    def __init__(self, view: SequenceView, max_events: int, with_seen: bool) -> None:
-        self.view, self.max_events, self.with_seen = view, max_events, with_seen
-
-    def __len__(self) -> int:
-        return len(self.view)
-
-    def __getitem__(self, idx: np.ndarray) -> Batch:
-        return collate(self.view, idx, self.max_events, with_seen=self.with_seen)
-
-
-class LabelledDataset(Dataset):
-    """Labelled samples indexed by a whole index array: ``dataset[idx]`` is ``(Batch, targets)``,
-    each history read out at its label's cut-off (the query time ``seqenc embed --as-of`` gives)."""
-
-    def __init__(self, samples: LabelledView, history_len: int) -> None:
-        self.samples, self.history_len = samples, history_len
-
-    def __len__(self) -> int:
-        return len(self.samples.view)
-
-    def __getitem__(self, idx: np.ndarray) -> tuple[Batch, torch.Tensor]:
-        view, query = self.samples.view, self.samples.query[idx]
-        batch = collate(view, idx, self.history_len)
-        newest = view.store.timestamps[np.maximum(view.ends[idx] - 1, 0)]
-        gap = np.where(np.isnan(query), batch.dt_query.numpy(), query - newest)
-        batch = replace(batch, dt_query=torch.from_numpy(gap.astype(np.float32)))
-        return batch, torch.from_numpy(self.samples.targets[idx])
 
 
 class SequenceDataModule(pl.LightningDataModule):
@@ -90,7 +66,9 @@ class SequenceDataModule(pl.LightningDataModule):
             schema given with it is refused).
         history_len: events per history fed to the model (the newest ones). A training sample
             holds :attr:`window_len` events: a history and the event that follows it, which the
-            objective turns into inputs and labels (:mod:`seqenc.model.objectives`).
+            objective turns into inputs and labels (:mod:`seqenc.model.objectives`). ``"auto"``:
+            from the log's lengths (:func:`~seqenc.data.sequences.auto_history_len`: whole
+            histories up to 512 events; printed), for entity tasks (labels, account embeddings).
         min_len: entities with fewer events are left out of the splits.
         min_item_count: items seen fewer times are left out of the vocabulary (into buckets).
         max_items: keep at most this many items, the most frequent (ties by value); the item table
@@ -145,7 +123,7 @@ class SequenceDataModule(pl.LightningDataModule):
         path: str | list[str],
         format: str = "events",
         schema: EventSchema | None = None,
-        history_len: int = 200,
+        history_len: int | Literal["auto"] = 200,
         min_len: int = 3,
         min_item_count: int = 1,
         max_items: int | None = None,
@@ -175,7 +153,8 @@ class SequenceDataModule(pl.LightningDataModule):
                 "columns (drop the schema, or set format: events)"
             )
         self.path, self.format, self.schema = path, format, schema or EventSchema()
-        self.history_len, self.min_len = history_len, min_len
+        check_history_len(history_len, shard_entities)
+        self._history_len, self.min_len = history_len, min_len
         self.bounds = VocabBounds(
             min_item_count, max_items, min_category_count, max_categories, oov_buckets
         )
@@ -296,16 +275,9 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
         """(train, validation) labelled samples, split by entity: a fixed ``val_share`` draw."""
-        samples = labelled_view(self.store, self.label_table)
-        entities = np.unique(samples.view.rows)
-        rng = np.random.default_rng(0)
-        held = rng.choice(entities, max(1, round(self.val_share * len(entities))), replace=False)
-        val = np.isin(samples.view.rows, held)
-        rank_zero_info(
-            f"labels: {int((~val).sum()):,} training and {int(val.sum()):,} validation rows "
-            f"({len(held):,} of {len(entities):,} entities held out)"
-        )
-        return subset(samples, np.flatnonzero(~val)), subset(samples, np.flatnonzero(val))
+        train, val, why = hold_out(labelled_view(self.store, self.label_table), self.val_share)
+        rank_zero_info(why)
+        return train, val
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -323,6 +295,16 @@ class SequenceDataModule(pl.LightningDataModule):
         train = self.splits[0]
         _, event = flat_events(train, np.arange(len(train)))
         return np.bincount(self.store.items[event], minlength=n_items)[:n_items]
+
+    @cached_property
+    def history_len(self) -> int:
+        """Events per history fed to the model: the setting, or ``"auto"`` resolved from the
+        log's lengths (printed)."""
+        if self._history_len != "auto":
+            return self._history_len
+        length, why = auto_history_len(self.store.lengths)
+        rank_zero_info(f"history_len: {length} ({why}; data.history_len sets another)")
+        return length
 
     @property
     def window_len(self) -> int:

@@ -187,3 +187,17 @@ def subset(samples: LabelledView, keep: np.ndarray) -> LabelledView:
         samples.targets[keep],
         samples.query[keep],
     )
+
+
+def hold_out(samples: LabelledView, share: float) -> tuple[LabelledView, LabelledView, str]:
+    """``(train, validation, what was held)``: a fixed draw (seed 0) of ``share`` of the labelled
+    entities, at least one, holds out all of their rows."""
+    entities = np.unique(samples.view.rows)
+    rng = np.random.default_rng(0)
+    held = rng.choice(entities, max(1, round(share * len(entities))), replace=False)
+    val = np.isin(samples.view.rows, held)
+    why = (
+        f"labels: {int((~val).sum()):,} training and {int(val.sum()):,} validation rows "
+        f"({len(held):,} of {len(entities):,} entities held out)"
+    )
+    return subset(samples, np.flatnonzero(~val)), subset(samples, np.flatnonzero(val)), why

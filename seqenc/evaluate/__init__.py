@@ -16,14 +16,15 @@ scikit-learn is an optional dependency (``pip install 'seqenc[eval]'``), importe
 
 from __future__ import annotations
 
+from seqenc.evaluate.compare import compare
 from seqenc.evaluate.features import aggregate_features, embed_at, predict_at
 from seqenc.evaluate.probe import (
     ProbeResult,
-    compare,
     cv_folds,
     feature_matrix,
     prediction_scores,
     probe,
+    probe_fold,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "predict_at",
     "prediction_scores",
     "probe",
+    "probe_fold",
 ]

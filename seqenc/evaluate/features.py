@@ -4,6 +4,7 @@ gaps), and embeddings at each label's own cut-off."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 DAY = 86400.0
 QUANTILES = (0.25, 0.5, 0.75)
+VALUE_STATS = ("mean", "min", "max", "last")  # what value_stats may ask for
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,11 +114,17 @@ def _time_features(ev: pd.DataFrame, g, n: pd.Series) -> pd.DataFrame:
 
 
 def _value_features(
-    ev: pd.DataFrame, column: str, schema: EventSchema, n: pd.Series, max_categories: int
+    ev: pd.DataFrame,
+    column: str,
+    schema: EventSchema,
+    n: pd.Series,
+    max_categories: int,
+    value_stats: Sequence[str],
 ) -> list[pd.DataFrame]:
     """Per value of ``column`` (its most frequent ``max_categories``, the rest as ``<other>``):
     count, share of the entity's events and, per numeric column, share of the entity's total
-    (e.g. spend share); plus the number of distinct raw values."""
+    (e.g. spend share) and the ``value_stats`` of the numbers at that value; plus the number of
+    distinct raw values."""
     values = _top_values(ev[column], max_categories)
     keyed = pd.DataFrame({"_row": ev["_row"].to_numpy(), "_v": values.to_numpy()})
     counts = keyed.groupby(["_row", "_v"], sort=True).size().unstack(fill_value=0).astype(float)
@@ -132,6 +140,11 @@ def _value_features(
         total = sums.abs().sum(axis=1).replace(0.0, 1.0)
         share = sums.div(total, axis=0)
         blocks.append(share.rename(columns=lambda v, m=num: f"{m}_share[{column}={v}]"))
+        grouped = keyed.groupby(["_row", "_v"], sort=True)[num]
+        for stat in value_stats:
+            table = grouped.agg(stat).unstack()
+            table = table.reindex(n.index).fillna(table.mean())  # never seen: the mean of others
+            blocks.append(table.rename(columns=lambda v, m=num, s=stat: f"{m}_{s}[{column}={v}]"))
     return blocks
 
 
@@ -142,6 +155,7 @@ def aggregate_features(
     *,
     as_of_column: str = "as_of",
     max_categories: int | dict[str, int] = 20,
+    value_stats: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Hand-made per-entity features from the same events the encoder reads: what a practitioner
     writes before reaching for a sequence model (RFM, basket and gap statistics, category mix and
@@ -157,6 +171,10 @@ def aggregate_features(
         max_categories: how many of the most frequent values of the item and of each categorical
             column get their own features (the rest are pooled as ``<other>``); one number for
             every column or ``{column: number}`` (columns not named get 20).
+        value_stats: per such value, these statistics of each numeric column over the events
+            with that value (any of :data:`VALUE_STATS`: ``mean``, ``min``, ``max``, ``last``):
+            a measurement log's per-parameter summary. An entity without the value gets the mean
+            over the entities with it (its count column says it has none). Empty: none.
 
     Returns:
         One row per entity (or per ``as_of`` row) with at least one event at or before its cut-off;
@@ -168,8 +186,12 @@ def aggregate_features(
         ``session_size_{mean,max}``, ``session_gap_days_{mean,std,median,max}``; per item and
         categorical column ``distinct[col]`` and per value ``count[col=value]``,
         ``share[col=value]`` and per numeric column ``{num}_share[col=value]`` (the value's part of
-        the entity's total of ``|num|``); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
+        the entity's total of ``|num|``) and ``{num}_{stat}[col=value]`` per stat of
+        ``value_stats``; per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
     """
+    unknown = [s for s in value_stats if s not in VALUE_STATS]
+    if unknown:
+        raise SeqencError(f"value_stats {unknown} unknown; known: {list(VALUE_STATS)}")
     if as_of is not None and schema.timestamp is None:
         raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
     df = read_events(events, schema).to_pandas()
@@ -188,7 +210,7 @@ def aggregate_features(
         limit = (
             max_categories.get(column, 20) if isinstance(max_categories, dict) else max_categories
         )
-        blocks += _value_features(ev, column, schema, n, limit)
+        blocks += _value_features(ev, column, schema, n, limit, value_stats)
     for column in schema.numeric:
         ev[column] = ev[column].astype(float)
         overall = _numeric_stats(ev, column, ["_row"])

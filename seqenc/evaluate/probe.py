@@ -4,7 +4,6 @@ retrain: leaf count chosen on a held-out part of each training fold, trees by ea
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
@@ -195,11 +194,9 @@ def probe(
         raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     x, y, counts = _align(features, labels, label_column, on)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
-    search = estimator(task, model, n_splits, seed)[1]
     folds, base = defaultdict(list), defaultdict(list)  # metric -> one value per fold
     for train, test in splits:
-        _fit(search, x[train], y[train])
-        for name, value in _scores(metrics, task, search, x[test], y[test]).items():
+        for name, value in probe_fold(x, y, task, model, train, test, n_splits, seed).items():
             folds[name].append(value)
         for name, value in _baseline(metrics, task, y[train], y[test]).items():
             base[name].append(value)
@@ -212,6 +209,23 @@ def probe(
         baseline={k: float(np.mean(v)) for k, v in base.items()},
         label_rows=counts,
     )
+
+
+def probe_fold(
+    x: np.ndarray,
+    y: np.ndarray,
+    task: str,
+    model: Model,
+    train: np.ndarray,
+    test: np.ndarray,
+    n_splits: int = 5,
+    seed: int = 0,
+) -> dict[str, float]:
+    """One fold of :func:`probe`: the probe fitted on rows ``train`` of ``x`` and coded labels
+    ``y`` (:func:`cv_folds`), scored on rows ``test`` (so one fold can run on its own)."""
+    search = estimator(task, model, n_splits, seed)[1]
+    _fit(search, x[train], y[train])
+    return _scores(task, search, x[test], y[test])
 
 
 def cv_folds(
@@ -320,7 +334,7 @@ class _HoldoutSearch:
         return self.model_.predict_proba(x)
 
 
-def _scores(metrics, task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+def _scores(task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     if task == "regression":
         return prediction_scores(task, y, model.predict(x))
     return prediction_scores(task, y, model.predict_proba(x), model.classes_)
@@ -349,51 +363,3 @@ def _baseline(metrics, task: str, train: np.ndarray, test: np.ndarray) -> dict[s
         return {"r2": float(metrics.r2_score(test, np.full(len(test), train.mean())))}
     majority = np.bincount(train).argmax()
     return {"roc_auc": 0.5, "accuracy": float(np.mean(test == majority))}
-
-
-def compare(
-    labels: pd.DataFrame,
-    label_column: str,
-    feature_sets: dict[str, pd.DataFrame],
-    on: Sequence[str],
-    *,
-    task: Task = "auto",
-    models: Sequence[Model] = ("linear",),
-    n_splits: int = 5,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
-    (``a+b``), on the rows all of them cover, so the scores compare like with like. One row per
-    model and feature set; ``attrs["label_rows"]`` counts the label rows given, dropped (by
-    cause: ``null_label``, ``duplicate``, ``no_features``) and used."""
-    labelled, counts = label_rows(labels, label_column, list(on))
-    given = len(labelled)
-    for frame in feature_sets.values():
-        labelled = labelled.merge(frame[list(on)].drop_duplicates(), on=list(on), how="inner")
-    counts |= {"no_features": given - len(labelled), "used": len(labelled)}
-    sets = dict(feature_sets)
-    names = list(feature_sets)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            sets[f"{a}+{b}"] = feature_sets[a].merge(feature_sets[b], on=list(on), how="inner")
-    rows = []
-    for model, (name, frame) in itertools.product(models, sets.items()):
-        result = probe(
-            frame,
-            labelled,
-            label_column=label_column,
-            on=on,
-            task=task,
-            model=model,
-            n_splits=n_splits,
-            seed=seed,
-        )
-        rows.append(
-            {"model": model, "features": name, "task": result.task, "n_rows": result.n_rows}
-            | {"n_features": result.n_features}
-            | result.summary()
-            | {f"{k}_constant": v for k, v in result.baseline.items()}
-        )
-    table = pd.DataFrame(rows)
-    table.attrs["label_rows"] = counts
-    return table

@@ -26,6 +26,7 @@ TIME_BUCKET_WIDTH = 0.301  # each bucket covers a factor e^0.301 ≈ 1.35 of the
 # Largest set of tables summed through one cached copy at inference (an item table of about
 # 130,000 rows at d=128); larger ones are looked up one by one rather than copied.
 MAX_PACKED_BYTES = 64 * 2**20
+Z_CLIP = 8.0  # a standardised value beyond this many scales says no more than "extreme"
 
 
 def time_bucket(dt: Tensor, n_buckets: int) -> Tensor:
@@ -58,6 +59,7 @@ class TokenEmbedding(nn.Module):
         n_time_buckets: int,
         categorical_sizes: tuple[int, ...],
         n_numeric: int,
+        per_item_numeric: bool = False,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
@@ -77,6 +79,15 @@ class TokenEmbedding(nn.Module):
         self.dt_ref = gap_table(time and recency)
         self.categorical = nn.ModuleList(nn.Embedding(size, d_model) for size in categorical_sizes)
         self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
+        self.value = None
+        if n_numeric and per_item_numeric:
+            # Centre and scale of each item's signed-log values (set from the training events by
+            # set_numeric_stats, saved with the weights); until then every item reads as the same.
+            self.register_buffer("numeric_center", torch.zeros(n_items, n_numeric))
+            self.register_buffer("numeric_scale", torch.ones(n_items, n_numeric))
+            self.value = nn.Sequential(
+                nn.Linear(n_numeric, d_model), nn.GELU(), nn.Linear(d_model, d_model)
+            )
         self._packed: tuple[tuple, Tensor, Tensor] | None = None  # see packed_tables
 
     def forward(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
@@ -115,8 +126,25 @@ class TokenEmbedding(nn.Module):
                 f"{n_numeric} (EncoderConfig.n_numeric)"
             )
         if self.numeric is not None:
-            x.add_(self.numeric(signed_log(numeric)))
+            logs = signed_log(numeric)
+            x.add_(self.numeric(logs))
+            if self.value is not None:
+                x.add_(self.value(self.standardised(logs, items)))
         return x
+
+    def standardised(self, logs: Tensor, items: Tensor) -> Tensor:
+        """``[B, L, n_numeric]`` signed-log values in units of their item's scale from its centre,
+        clipped to ``±Z_CLIP``."""
+        z = (logs - self.numeric_center[items]) / self.numeric_scale[items]
+        return z.clamp(-Z_CLIP, Z_CLIP)
+
+    def set_numeric_stats(self, center: Tensor, scale: Tensor) -> None:
+        """Store each item's ``[n_items, n_numeric]`` centre and (positive) scale of signed-log values."""
+        if self.value is None:
+            raise SeqencError("numeric statistics need numeric_scaling='per_item'")
+        with torch.no_grad():
+            self.numeric_center.copy_(center)
+            self.numeric_scale.copy_(scale)
 
     def summed_lookups(self, lookups: list[tuple[nn.Embedding, Tensor]]) -> Tensor:
         """``[*shape, d]`` the sum of every ``table(index)``, ``shape`` the first index's (the

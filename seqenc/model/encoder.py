@@ -28,6 +28,7 @@ from seqenc.model.repeat import RepeatHead, newest_copy
 
 POSITIONALS = ("learned", "rope", "none")
 POOLINGS = ("last", "mean")
+NUMERIC_SCALINGS = ("global", "per_item")
 
 
 @dataclass
@@ -61,6 +62,13 @@ class EncoderConfig:
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
         n_numeric: number of numeric event features (signed-log transformed inside the model).
+        numeric_scaling: how a numeric value is read. ``"global"``: one linear map of its signed
+            log, the same for every item. ``"per_item"``: besides that, the value standardised by
+            its item's statistics (centre and scale of the signed log, learned on the training
+            events and stored with the weights) through a small MLP, so a heart rate of 80 and a
+            lactate of 2 each say how unusual they are for their item. ``None`` (the default):
+            :class:`~seqenc.training.module.SeqencModule` decides from the data; a bundle written
+            without the field reads ``"global"``.
         causal: ``False`` for bidirectional (BERT4Rec) attention.
         pooling: entity embedding from the ``"last"`` position or the ``"mean"`` of real positions.
         normalize: L2-normalise the entity embedding.
@@ -86,6 +94,7 @@ class EncoderConfig:
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()
     n_numeric: int = 0
+    numeric_scaling: str | None = None
     causal: bool = True
     pooling: str = "last"
     normalize: bool = False
@@ -107,6 +116,10 @@ class EncoderConfig:
                 f"positional={self.positional!r} not in {POSITIONALS}",
             ),
             (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
+            (
+                self.numeric_scaling in (None, *NUMERIC_SCALINGS),
+                f"numeric_scaling={self.numeric_scaling!r} not in {NUMERIC_SCALINGS}",
+            ),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} not in [0, 1)"),
             (
                 0.0 <= self.attention_dropout < 1.0,
@@ -252,6 +265,7 @@ class SequenceEncoder(nn.Module):
             n_time_buckets=config.n_time_buckets,
             categorical_sizes=config.categorical_sizes,
             n_numeric=config.n_numeric,
+            per_item_numeric=config.numeric_scaling == "per_item",
         )
         self.rope = (
             RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)

@@ -53,12 +53,18 @@ class SupervisedHead(nn.Module):
         """``[B, k]`` class scores or ``[B, 1]`` standardised numbers."""
         return self.linear(self.norm(readout))
 
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+    def loss(self, outputs: Tensor, targets: Tensor, weights: Tensor | None = None) -> Tensor:
         """Cross-entropy against class codes, or squared error against standardised targets
-        (``targets`` as :func:`~seqenc.data.labels.read_labels` gives them)."""
-        if self.task == "classification":
+        (``targets`` as :func:`~seqenc.data.labels.read_labels` gives them).
+
+        ``weights``: ``[k]`` class weights (rare classes weigh more in the gradient). The scores
+        are shifted by ``log(weights)`` inside the loss, so its minimum stays at the true class
+        probabilities: :meth:`predict` reads calibrated probabilities, as without weights."""
+        if self.task != "classification":
+            return F.mse_loss(outputs.float()[:, 0], targets.float())
+        if weights is None:
             return F.cross_entropy(outputs.float(), targets.long())
-        return F.mse_loss(outputs.float()[:, 0], targets.float())
+        return F.cross_entropy(outputs.float() + weights.log(), targets.long(), weight=weights)
 
     def predict(self, outputs: Tensor) -> Tensor:
         """``[B, k]`` class probabilities, or ``[B]`` numbers in the label's unit."""

@@ -13,18 +13,20 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.bundle import load_bundle
+from seqenc.data.numeric import view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.model.head import SupervisedHead
 from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
+from seqenc.training.label_head import LabelHead
+from seqenc.training.label_plan import ClassWeights
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 LabelledBatch = tuple[Batch, torch.Tensor] | list  # a batch of labelled samples and its targets
 
 
-class SeqencModule(pl.LightningModule):
+class SeqencModule(LabelHead, pl.LightningModule):
     """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
 
     Args:
@@ -83,11 +85,18 @@ class SeqencModule(pl.LightningModule):
         init_from: a bundle whose encoder weights start the training (fine-tuning a
             self-supervised model; the CLI reads the data with its vocabularies). The architecture
             options must give the bundle's shapes, else one line says which differs.
+        class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
+            classes weigh more, from the training labels), ``"none"``, or one weight per class
+            (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
+        label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
+            labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
 
     With a label table (``spec.labels``, from ``data.labels``) the encoder gets a label head
     (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout and the head's loss is added
     to the weighted terms above (which may then both be 0); validation and test score the held-out
-    labelled entities (``val/loss``, and ``val/score``, minus the loss, which picks the checkpoint).
+    labelled entities: ``val/loss`` and ``val/score``, the labelled score
+    (:func:`~seqenc.training.label_score.label_score`: ROC-AUC of classes, R² of numbers, also
+    logged under its name), which picks the checkpoint and drives early stopping.
     """
 
     def __init__(
@@ -110,6 +119,8 @@ class SeqencModule(pl.LightningModule):
         filter_seen: bool | None = None,
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
+        class_weights: ClassWeights = "auto",
+        label_steps: int | None = None,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
@@ -139,7 +150,7 @@ class SeqencModule(pl.LightningModule):
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         if spec.labels:
-            self.encoder.head = SupervisedHead(self.config.d_model, **spec.labels)
+            self.add_label_head(spec.labels)
         if init_from is not None:
             self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
@@ -178,11 +189,6 @@ class SeqencModule(pl.LightningModule):
             loss = loss + hp.contrastive_weight * contrastive
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
-
-    def label_loss(self, batch: Batch, targets: torch.Tensor) -> torch.Tensor:
-        """The label head's loss on the entity readouts of ``batch`` (mean over its rows)."""
-        head = self.encoder.head
-        return head.loss(head(self.encoder.entity_embedding(batch)), targets)
 
     def next_item_loss(self, batch: Batch) -> torch.Tensor:
         """The objective's item-prediction loss on a training batch (mean over its targets)."""
@@ -297,12 +303,6 @@ class SeqencModule(pl.LightningModule):
         else:
             self._evaluate(batch, self.test_metrics)
 
-    def _log_label_loss(self, stage: str, batch: Batch, targets: torch.Tensor) -> None:
-        """The label loss of held-out samples (epoch mean), and its negative as the score."""
-        loss = self.label_loss(batch, targets)
-        self.log(f"{stage}/loss", loss, batch_size=len(batch))
-        self.log(f"{stage}/score", -loss, batch_size=len(batch), prog_bar=stage == "val")
-
     def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         # Both are of every process's targets already (summed states); sync_dist averages equal
         # values, which keeps them, and is what Lightning asks of a distributed epoch figure.
@@ -318,10 +318,14 @@ class SeqencModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.encoder.head is None:
             self._log_metrics("val", self.val_metrics)
+        else:
+            self._log_label_score("val")
 
     def on_test_epoch_end(self) -> None:
         if self.encoder.head is None:
             self._log_metrics("test", self.test_metrics)
+        else:
+            self._log_label_score("test")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
@@ -335,6 +339,25 @@ class SeqencModule(pl.LightningModule):
         if "encoder_config" in checkpoint and saved != shapes:
             why = shape_mismatch(checkpoint["encoder_config"], self.config, self.spec)
             raise SeqencError(f"cannot load the checkpoint's weights: {why}")
+
+    def _set_numeric_statistics(self) -> None:
+        """Per-item numeric scaling reads each item's statistics of the training events; a model
+        started from a bundle (``init_from``) keeps the bundle's, which its weights learned on."""
+        if not self.config.n_numeric:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if self.config.numeric_scaling != "per_item":
+            rank_zero_info("numeric features: one linear map of the signed log for every item")
+            return
+        if self.hparams.init_from is None and hasattr(datamodule, "splits"):
+            center, scale = view_statistics(
+                datamodule.store, datamodule.splits[0], self.config.n_items
+            )
+            self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
+        rank_zero_info(
+            "numeric features: per item (each value also standardised by its item's statistics of "
+            "the training events; model.encoder.numeric_scaling: global turns it off)"
+        )
 
     def on_train_start(self) -> None:
         """The configured ``lr`` and ``weight_decay`` in the optimizer and its schedule. A resumed
@@ -355,8 +378,9 @@ class SeqencModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        self._set_numeric_statistics()
         if self.encoder.head is not None:
-            log.info("evaluation: the label loss of the held-out labelled entities")
+            self._prepare_labels()
             return
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.loss == "sampled_softmax" and hasattr(datamodule, "item_counts"):

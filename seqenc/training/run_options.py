@@ -29,6 +29,7 @@ SHAPE_OPTIONS = (
     "time_bias",
     "repeat_head",
     "n_time_buckets",
+    "numeric_scaling",
 )
 ENCODER_FIELDS = frozenset(f.name for f in fields(EncoderConfig))
 
@@ -118,7 +119,8 @@ def resolve_encoder(
     automatic options resolved: ``time`` (with ``query_time`` and ``time_bias``) only when the log
     has timestamps (a config meant for timed logs then trains on a click log without), and
     ``repeat_head`` ``None`` on for the causal objective when at least ``REPEAT_SHARE`` of the
-    events repeat an item of their entity."""
+    events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item when the log
+    has numeric features."""
     data = {
         "n_items": spec.n_items,
         "n_positions": spec.history_len + 1,
@@ -138,9 +140,13 @@ def resolve_encoder(
     repeat_head = encoder.repeat_head
     if repeat_head is None:
         repeat_head = spec.repeat_share >= REPEAT_SHARE and objective.causal
+    numeric_scaling = encoder.numeric_scaling
+    if numeric_scaling is None:
+        numeric_scaling = "per_item" if spec.n_numeric else "global"
     return replace(
         encoder,
         **data,
+        numeric_scaling=numeric_scaling,
         time=use_time,
         query_time=use_time and encoder.query_time,
         time_bias=use_time and encoder.time_bias,

@@ -1,0 +1,60 @@
+"""Per-item statistics of numeric event features: what a value means for its item.
+
+A heart rate of 80 and a lactate of 2 live on different scales; a value standardised by its item's
+centre and scale says how unusual it is for that item. Both are taken on the signed log of the
+values (``sign(x) * log1p|x|``, the model's transform) and shrunk towards the whole log's
+statistics by :data:`PRIOR_EVENTS` pseudo-events, so a rare item reads as an average one rather
+than as its few values. Numpy only; the model stores the result with its weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seqenc.data.sequences import SequenceStore
+from seqenc.data.split import SequenceView, flat_events
+
+PRIOR_EVENTS = 20.0  # pseudo-events of the whole log's statistics added to every item's
+MIN_SCALE_SHARE = 0.01  # an item's scale is at least this share of the whole log's (constant items)
+
+
+def signed_log(x: np.ndarray) -> np.ndarray:
+    """``sign(x) * log1p(|x|)`` in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def item_statistics(
+    items: np.ndarray, values: np.ndarray, n_items: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(center, scale)``, each ``[n_items, n_features]`` float32: the shrunk mean and standard
+    deviation of each item's signed-log values. ``items``: ``[n]`` item ids; ``values``:
+    ``[n, n_features]`` raw values of the same events. An item without events gets the whole
+    log's."""
+    logs = signed_log(values).reshape(len(items), -1)
+    n_features = logs.shape[1]
+    center = np.zeros((n_items, n_features), dtype=np.float32)
+    scale = np.ones((n_items, n_features), dtype=np.float32)
+    if len(items) == 0:
+        return center, scale
+    count = np.bincount(items, minlength=n_items)[:n_items].astype(np.float64)
+    for j in range(n_features):
+        mean, var = logs[:, j].mean(), logs[:, j].var()
+        total = np.bincount(items, logs[:, j], minlength=n_items)[:n_items]
+        squares = np.bincount(items, logs[:, j] ** 2, minlength=n_items)[:n_items]
+        c = (total + PRIOR_EVENTS * mean) / (count + PRIOR_EVENTS)
+        second = (squares + PRIOR_EVENTS * (var + mean**2)) / (count + PRIOR_EVENTS)
+        floor = max(MIN_SCALE_SHARE * np.sqrt(var), 1e-6)
+        center[:, j] = c
+        scale[:, j] = np.sqrt(np.maximum(second - c**2, floor**2))
+    return center, scale
+
+
+def view_statistics(
+    store: SequenceStore, view: SequenceView, n_items: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`item_statistics` of the input events of ``view`` (a training split: no label and
+    no held-out event is read)."""
+    _, event = flat_events(view, np.arange(len(view)))
+    values = np.stack([v[event] for v in store.numeric.values()], axis=-1)
+    return item_statistics(store.items[event], values, n_items)

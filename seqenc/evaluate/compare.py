@@ -1,0 +1,83 @@
+"""Feature sets side by side: every probe on every feature table and pair of tables, on the same
+rows and folds, each beside its paired difference from a reference table (the aggregates)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from seqenc.evaluate.labels import label_rows
+from seqenc.evaluate.probe import Model, Task, probe
+
+
+def compare(
+    labels: pd.DataFrame,
+    label_column: str,
+    feature_sets: dict[str, pd.DataFrame],
+    on: Sequence[str],
+    *,
+    task: Task = "auto",
+    models: Sequence[Model] = ("linear",),
+    n_splits: int = 5,
+    seed: int = 0,
+    reference: str | None = None,
+) -> pd.DataFrame:
+    """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
+    (``a+b``), on the rows all of them cover, so the scores compare like with like. One row per
+    model and feature set; ``attrs["label_rows"]`` counts the label rows given, dropped (by
+    cause: ``null_label``, ``duplicate``, ``no_features``) and used.
+
+    Every row is scored on the same folds. ``reference`` (a name of ``feature_sets``, e.g.
+    ``"aggregates"``): each other row of the same model also gets ``paired_{metric}`` and
+    ``paired_{metric}_std``, the mean and spread over folds of its score minus the reference's on
+    the same fold."""
+    labelled, counts = label_rows(labels, label_column, list(on))
+    given = len(labelled)
+    for frame in feature_sets.values():
+        labelled = labelled.merge(frame[list(on)].drop_duplicates(), on=list(on), how="inner")
+    counts |= {"no_features": given - len(labelled), "used": len(labelled)}
+    sets = dict(feature_sets)
+    names = list(feature_sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            sets[f"{a}+{b}"] = feature_sets[a].merge(feature_sets[b], on=list(on), how="inner")
+    rows, folds = [], {}
+    for model, (name, frame) in itertools.product(models, sets.items()):
+        result = probe(
+            frame,
+            labelled,
+            label_column=label_column,
+            on=on,
+            task=task,
+            model=model,
+            n_splits=n_splits,
+            seed=seed,
+        )
+        folds[model, name] = result.folds
+        rows.append(
+            {"model": model, "features": name, "task": result.task, "n_rows": result.n_rows}
+            | {"n_features": result.n_features}
+            | result.summary()
+            | {f"{k}_constant": v for k, v in result.baseline.items()}
+            | _paired(result.folds, folds.get((model, reference)), name == reference)
+        )
+    table = pd.DataFrame(rows)
+    table.attrs["label_rows"] = counts
+    return table
+
+
+def _paired(
+    folds: dict[str, np.ndarray], reference: dict[str, np.ndarray] | None, is_reference: bool
+) -> dict[str, float]:
+    """Mean and spread over folds of ``folds`` minus ``reference`` (the same folds), per metric;
+    none for the reference itself or without one."""
+    if reference is None or is_reference:
+        return {}
+    out: dict[str, float] = {}
+    for metric, values in folds.items():
+        diff = values - reference[metric]
+        out |= {f"paired_{metric}": float(diff.mean()), f"paired_{metric}_std": float(diff.std())}
+    return out

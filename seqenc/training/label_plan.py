@@ -1,0 +1,101 @@
+"""How a fine-tuning fit trains, from its labelled training rows: the schedule's length and the
+class weights of the label loss. Each is chosen by the data, printed, and overridable.
+
+- **Schedule**: ``LABEL_EPOCHS`` passes over the labelled training rows, at least
+  ``MIN_LABEL_STEPS`` and at most ``MAX_LABEL_STEPS`` optimizer steps (``model.label_steps``
+  sets it): a small label table still gets enough steps to learn, a large one a bounded cost.
+  The data config's ``trainer.max_epochs`` is meant for self-supervised passes over every event
+  and does not apply; a ``trainer.max_steps`` given explicitly does (a quick check).
+- **Class weights** (``model.class_weights``): ``auto`` weighs each class by the largest class's
+  count over its own, clipped to ``[1, MAX_CLASS_WEIGHT]`` (two classes: the rare one by
+  negatives / positives), so a rare class is not drowned by the frequent one; ``none`` weighs every
+  row alike; a list gives the weights in the order of the classes. The loss keeps the head's
+  probabilities calibrated either way (:meth:`~seqenc.model.head.SupervisedHead.loss`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from seqenc.errors import SeqencError
+
+LABEL_EPOCHS = 30
+MIN_LABEL_STEPS = 200
+MAX_LABEL_STEPS = 2000
+MAX_CLASS_WEIGHT = 10.0
+ClassWeights = Literal["auto", "none"] | list[float]
+
+
+def label_schedule(
+    n_rows: int, batches_per_epoch: int, label_steps: int | None, max_steps: int = -1
+) -> tuple[int, int, str]:
+    """``(steps, epochs, why)`` of a fine-tuning fit over ``n_rows`` labelled training rows in
+    ``batches_per_epoch`` batches: ``label_steps`` if given, else :data:`LABEL_EPOCHS` epochs
+    bounded to ``[MIN_LABEL_STEPS, MAX_LABEL_STEPS]``, rounded up to whole epochs (each ends with
+    a validation); an explicit ``max_steps`` (>= 0) wins as it is."""
+    batches = max(1, batches_per_epoch)
+    if max_steps >= 0:
+        steps, how = max_steps, "trainer.max_steps"
+    elif label_steps is not None:
+        if label_steps < 1:
+            raise SeqencError(f"model.label_steps must be >= 1 or null, got {label_steps}")
+        steps, how = label_steps, "model.label_steps"
+    else:
+        wanted = LABEL_EPOCHS * batches
+        steps = min(max(wanted, MIN_LABEL_STEPS), MAX_LABEL_STEPS)
+        how = (
+            f"auto: {LABEL_EPOCHS} epochs, within [{MIN_LABEL_STEPS:,}, {MAX_LABEL_STEPS:,}]; "
+            "model.label_steps sets it"
+        )
+    epochs = max(1, math.ceil(steps / batches))
+    if max_steps < 0:  # whole epochs: the last one ends with a validation
+        steps = epochs * batches
+    why = (
+        f"fine-tuning schedule: {steps:,} steps = {epochs} epoch{'s' * (epochs > 1)} of "
+        f"{batches} batches over "
+        f"{n_rows:,} labelled training rows ({how})"
+    )
+    return steps, epochs, why
+
+
+def class_weights(
+    targets: np.ndarray, classes: Sequence[object], option: ClassWeights
+) -> tuple[torch.Tensor | None, str]:
+    """``(weights, why)``: the ``[k]`` class weights of the label loss for training class codes
+    ``targets`` (``None``: unweighted), and the line a fit prints."""
+    if option == "none":
+        return None, "class weights: none (model.class_weights)"
+    if isinstance(option, str) and option != "auto":
+        raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
+    if option == "auto":
+        counts = np.bincount(targets, minlength=len(classes)).astype(float)
+        weights = np.clip(counts.max() / np.maximum(counts, 1.0), 1.0, MAX_CLASS_WEIGHT)
+        how = f"auto: largest class count / class count, within [1, {MAX_CLASS_WEIGHT:g}]"
+    else:
+        weights = np.asarray(option, dtype=float)
+        if weights.shape != (len(classes),) or not (weights > 0).all():
+            raise SeqencError(
+                f"model.class_weights: {len(classes)} positive weights expected (classes "
+                f"{list(classes)}), got {list(option)}"
+            )
+        how = "model.class_weights"
+    shown = ", ".join(f"{c}: {w:.2f}" for c, w in zip(classes, weights, strict=True))
+    return torch.tensor(weights, dtype=torch.float32), f"class weights: {shown} ({how})"
+
+
+def set_label_schedule(trainer: pl.Trainer, datamodule: object, label_steps: int | None) -> str:
+    """Give ``trainer`` the fine-tuning schedule of ``datamodule``'s labelled training rows
+    (:func:`label_schedule`; the epochs too, so early stopping's share of the schedule holds);
+    returns the line to print."""
+    rows = len(datamodule.labelled_splits[0].targets)
+    batches = math.ceil(len(datamodule.train_dataloader()) / max(1, trainer.world_size))
+    steps, epochs, why = label_schedule(rows, batches, label_steps, trainer.max_steps)
+    trainer.fit_loop.max_epochs = epochs
+    trainer.fit_loop.epoch_loop.max_steps = steps
+    return why
