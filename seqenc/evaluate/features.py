@@ -148,6 +148,27 @@ def _value_features(
     return blocks
 
 
+def _limit(max_categories: int | dict[str, int], column: str) -> int:
+    """How many values of ``column`` get their own features (20 for a column a mapping omits)."""
+    return max_categories.get(column, 20) if isinstance(max_categories, dict) else max_categories
+
+
+def _events_at_cutoffs(
+    events: Source, schema: EventSchema, as_of: object, as_of_column: str
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """``(events, keys, output keys)``: every event joined to each cut-off row (``_row``) of its
+    entity that it is at or before (``_ref``), in (row, time, input order)."""
+    if as_of is not None and schema.timestamp is None:
+        raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
+    df = read_events(events, schema).to_pandas()
+    df["_t"] = df[schema.timestamp] if schema.timestamp else 0.0
+    df["_seq"] = np.arange(len(df))
+    keys, out_keys = _cutoffs(df, schema.entity, as_of, as_of_column)
+    ev = df.merge(keys, on=schema.entity, how="inner")
+    ev = ev[ev["_t"] <= ev["_ref"]].sort_values(["_row", "_t", "_seq"], kind="stable")
+    return ev, keys, out_keys
+
+
 def aggregate_features(
     events: Source,
     schema: EventSchema = DEFAULT_SCHEMA,
@@ -171,10 +192,9 @@ def aggregate_features(
         max_categories: how many of the most frequent values of the item and of each categorical
             column get their own features (the rest are pooled as ``<other>``); one number for
             every column or ``{column: number}`` (columns not named get 20).
-        value_stats: per such value, these statistics of each numeric column over the events
-            with that value (any of :data:`VALUE_STATS`: ``mean``, ``min``, ``max``, ``last``):
-            a measurement log's per-parameter summary. An entity without the value gets the mean
-            over the entities with it (its count column says it has none). Empty: none.
+        value_stats: per such value, these statistics (:data:`VALUE_STATS`) of each numeric
+            column over the events with that value: a measurement log's per-parameter summary; an
+            entity without the value gets the mean of those with it (its count says none).
 
     Returns:
         One row per entity (or per ``as_of`` row) with at least one event at or before its cut-off;
@@ -192,31 +212,23 @@ def aggregate_features(
     unknown = [s for s in value_stats if s not in VALUE_STATS]
     if unknown:
         raise SeqencError(f"value_stats {unknown} unknown; known: {list(VALUE_STATS)}")
-    if as_of is not None and schema.timestamp is None:
-        raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
-    df = read_events(events, schema).to_pandas()
-    entity = schema.entity
-    df["_t"] = df[schema.timestamp] if schema.timestamp else 0.0
-    df["_seq"] = np.arange(len(df))
-    keys, out_keys = _cutoffs(df, entity, as_of, as_of_column)
-    ev = df.merge(keys, on=entity, how="inner")
-    ev = ev[ev["_t"] <= ev["_ref"]].sort_values(["_row", "_t", "_seq"], kind="stable")
+    ev, keys, out_keys = _events_at_cutoffs(events, schema, as_of, as_of_column)
     g = ev.groupby("_row", sort=True)
     n = g.size().astype(float)
     blocks = [pd.DataFrame({"n_events": n})]
     if schema.timestamp:
         blocks.append(_time_features(ev, g, n))
     for column in [schema.item, *schema.categorical]:
-        limit = (
-            max_categories.get(column, 20) if isinstance(max_categories, dict) else max_categories
+        blocks += _value_features(
+            ev, column, schema, n, _limit(max_categories, column), value_stats
         )
-        blocks += _value_features(ev, column, schema, n, limit, value_stats)
     for column in schema.numeric:
         ev[column] = ev[column].astype(float)
         overall = _numeric_stats(ev, column, ["_row"])
         blocks.append(overall.rename(columns=lambda s, c=column: f"{c}_{s}"))
     features = pd.concat(blocks, axis=1).fillna(0.0).astype(float)
-    return _with_keys(features, keys, entity, as_of if len(out_keys) == 2 else None, as_of_column)
+    cutoffs = as_of if len(out_keys) == 2 else None
+    return _with_keys(features, keys, schema.entity, cutoffs, as_of_column)
 
 
 def _with_keys(
