@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from tiny import SCHEMA, tiny_bundle, tiny_events
+from tiny import SCHEMA, random_bundle, tiny_events
 
 from seqenc.bundle import load_bundle, save_bundle
 from seqenc.compat.lineage import save_lineage
@@ -33,17 +33,20 @@ SPACES = ("native", "parent")
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    """A fine-tuned child of a random bundle (other weights, a classification head) with a map
-    to its parent's space; the events, also as Parquet."""
+    """A fine-tuned child of a random bundle (other weights, per-item numeric statistics, a
+    classification head) with a map to its parent's space; the events, also as Parquet."""
     tmp = tmp_path_factory.mktemp("one_path")
     events = tiny_events(50, seed=3)
     events.to_parquet(tmp / "events.parquet")
-    parent = tiny_bundle(tmp / "v1", events, dropout=0.0)
+    options = dict(std=None, n_layers=2, dropout=0.0, numeric_scaling="per_item")
+    parent = random_bundle(tmp / "v1", events, SCHEMA, 24, name="tiny", **options)
     model, meta, vocabs = load_bundle(parent)
     torch.manual_seed(1)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
+    n_items = model.config.n_items
+    model.embed.set_numeric_stats(torch.randn(n_items, 1), torch.rand(n_items, 1) + 0.5)
     model.head = SupervisedHead(meta.dim, "classification", classes=[3, 5, 8])
     child = save_bundle(tmp / "v2", model, DataSpec(SCHEMA, vocabs, meta.history_len))
     rng = np.random.default_rng(0)
