@@ -13,6 +13,7 @@ from typing import Any
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from seqenc.atomic import disk_full
 from seqenc.errors import SeqencError
 from seqenc.signals import EXIT_CODE as TERMINATED_EXIT
 from seqenc.signals import Terminated
@@ -23,11 +24,14 @@ _OFF = ("", "0", "false", "no", "off")
 
 def user_error(exc: BaseException) -> SeqencError | None:
     """The :class:`SeqencError` behind ``exc`` (itself, or one it wraps: jsonargparse and
-    Lightning re-raise errors from inside the classes they build), else None."""
+    Lightning re-raise errors from inside the classes they build), or one for a write that found
+    the disk full (:func:`~seqenc.atomic.disk_full`: a checkpoint, a log), else None."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, SeqencError):
             return exc
+        if (full := disk_full(exc)) is not None:
+            return full
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None

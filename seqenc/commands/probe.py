@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file, file_target
 from seqenc.data.events import check_column_names
+from seqenc.data.paths import expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, compare
@@ -56,12 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    inputs = [args.labels, *([args.embeddings] if args.embeddings else [])]
+    inputs += expand_paths(args.events) if args.events else []
     if args.json:
-        file_target(args.json)  # before the probes run
+        file_target(args.json, inputs)  # before the probes run
     table = _run(args)
     print(format_table(table))
     if args.json:
-        with atomic_file(args.json) as tmp:
+        with atomic_file(args.json, inputs) as tmp:
             Path(tmp).write_text(json.dumps(table.to_dict(orient="records"), indent=1))
 
 

@@ -15,7 +15,6 @@ import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from seqenc.atomic import writable_directory
@@ -29,6 +28,7 @@ from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
+from seqenc.training.saving import AtomicCheckpoint
 
 MONITOR = "val/ndcg@10"
 LABEL_MONITOR = "val/score"  # with data.labels: minus the label loss of the held-out entities
@@ -201,8 +201,8 @@ def trainer_defaults(name: str) -> dict:
         # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt,
         # saved after every training epoch, whether or not that epoch validates.
         "callbacks": [
-            ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
-            ModelCheckpoint(filename="last", save_on_train_epoch_end=True),
+            AtomicCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
+            AtomicCheckpoint(filename="last", save_on_train_epoch_end=True),
             WriteBundle(),
             Baselines(),
         ],

@@ -21,7 +21,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
-from seqenc.bundle import BundleMeta, load_bundle
+from seqenc.bundle import BundleMeta, bundle_inputs, load_bundle
 from seqenc.compat.lineage import space_map
 from seqenc.data.events import epoch_seconds
 from seqenc.data.paths import expand_paths, would_read
@@ -114,7 +114,8 @@ def export_embeddings(
     to_parent, space_metadata = space_map(model, meta, space, parent)
     runtime = runtime_backend(backend, model, meta, onnx)
     trainer = _trainer(accelerator, devices, strategy, runtime is not None)
-    output, scratch = _target(output, trainer.world_size)
+    read = [*files, *bundle_inputs(model), *([onnx] if onnx else [])]
+    output, scratch = _target(output, trainer.world_size, read)
     datamodule = ExportDataModule(
         files, meta, vocabs, scratch, as_of, on_empty, batch_size, chunk_events, progress
     )
@@ -146,13 +147,14 @@ def _predict(
         scratch.release()
 
 
-def _target(output: str | Path, world_size: int) -> tuple[Path, Scratch]:
+def _target(output: str | Path, world_size: int, inputs: list[Path]) -> tuple[Path, Scratch]:
     """The output and its scratch: one process writes the file ``output``; several write shards
-    into the directory."""
+    into the directory; neither may be one of ``inputs``."""
     if world_size == 1:
-        output = file_target(output)
+        output = file_target(output, inputs)
     else:
-        output = directory_target(output, _only_shards, "a directory of part-*.parquet shards")
+        shards = "a directory of part-*.parquet shards"
+        output = directory_target(output, _only_shards, shards, inputs)
     return output, Scratch(output)
 
 
