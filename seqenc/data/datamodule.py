@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
 from seqenc.data.batches import Batch, collate
-from seqenc.data.bounds import PerColumn, VocabBounds
+from seqenc.data.bounds import PerColumn, VocabBounds, check_count
 from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
 from seqenc.data.labels import LabelledView, Labels, LabelTask, labelled_view, read_labels, subset
@@ -121,8 +121,9 @@ class SequenceDataModule(pl.LightningDataModule):
             (:mod:`seqenc.model.head`), each sample an entity's history up to its row's
             ``as_of_column`` (all of it when the table has no such column). ``None``: the
             self-supervised fit (leave-one-out next-event splits).
-        label_column, as_of_column, label_task: the label, the per-row cut-off, and
-            ``classification`` / ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
+        label_column, as_of_column, label_task: the label, the per-row cut-off (``None``: the
+            column ``as_of`` if there; a named one must exist), and ``classification`` /
+            ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
         val_share: with labels, the share of labelled entities held out (a fixed draw) to pick
             the checkpoint; the test after ``fit`` scores them again.
         vocabs_from: a bundle directory whose vocabularies encode the events (so its weights fit:
@@ -162,7 +163,7 @@ class SequenceDataModule(pl.LightningDataModule):
         seed: int | None = None,
         labels: str | None = None,
         label_column: str | None = None,
-        as_of_column: str = "as_of",
+        as_of_column: str | None = None,
         label_task: LabelTask = "auto",
         val_share: float = 0.1,
         vocabs_from: str | None = None,
@@ -182,8 +183,7 @@ class SequenceDataModule(pl.LightningDataModule):
         self.windows, self.baskets = windows, baskets
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
-        if eval_entities is not None and eval_entities < 1:
-            raise SeqencError(f"data.eval_entities must be >= 1 or null, got {eval_entities}")
+        check_count(eval_entities, "data.eval_entities", optional=True)
         self.eval_entities = eval_entities
         if labels is not None and (label_column is None or not 0 < val_share < 1):
             raise SeqencError(

@@ -348,7 +348,10 @@ def log_unknown_values(
             )
 
 
-def require_trainable(store: SequenceStore, min_len: int, min_events: int = 4) -> None:
+MIN_EVENTS = 4  # the fewest events of an entity a leave-one-out split trains on
+
+
+def require_trainable(store: SequenceStore, min_len: int, min_events: int = MIN_EVENTS) -> None:
     """Refuse a log where no entity has ``max(min_len, min_events)`` events (leave-one-out holds
     out two events and a training window needs two more): training would run on nothing and
     save an untrained model."""
