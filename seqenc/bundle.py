@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from seqenc.atomic import atomic_directory
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
-from seqenc.data.vocab import VOCAB_FILE, Vocabularies, vocab_id_types
+from seqenc.data.vocab import MAX_VOCAB_BYTES, VOCAB_FILE, Vocabularies, vocab_id_types
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
@@ -37,9 +37,8 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: the lengths named (history_len, encoder.n_positions)
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-# The most a JSON file of a bundle may hold: a configuration (or lineage) is a few KB, the
-# vocabularies grow with the catalogue.
-MAX_CONFIG_BYTES, MAX_VOCAB_BYTES = 1 << 20, 1 << 31
+# The most a configuration (or lineage) file may hold: a few KB (vocabularies: MAX_VOCAB_BYTES).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ import numpy as np
 from seqenc.errors import SeqencError
 
 MAX_DEFAULT_BUCKETS = 1024
+# A given ``oov_buckets`` may reach this many per distinct value of the fitted column (or
+# MAX_DEFAULT_BUCKETS): more buckets than values only grows the table (10,000,000 of them is
+# gigabytes of embeddings that no value trains).
+BUCKETS_PER_VALUE = 4
 PerColumn = int | dict[str, int]
 
 
@@ -27,6 +31,18 @@ def check_count(value: Any, name: str, low: int = 1, optional: bool = False) -> 
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         none = " or None" if optional else ""
         raise SeqencError(f"{name} must be an integer >= {low}{none}, got {value!r}")
+
+
+def check_buckets(oov_buckets: int, n_values: int) -> None:
+    """Refuse more buckets than :data:`BUCKETS_PER_VALUE` per distinct value fitted (at least
+    :data:`MAX_DEFAULT_BUCKETS` are allowed)."""
+    most = max(BUCKETS_PER_VALUE * n_values, MAX_DEFAULT_BUCKETS)
+    if oov_buckets > most:
+        raise SeqencError(
+            f"oov_buckets={oov_buckets:,} is more than {BUCKETS_PER_VALUE} per distinct value of "
+            f"a {n_values:,}-value column (at most {most:,}): the extra buckets would only grow "
+            "the table"
+        )
 
 
 @dataclass(frozen=True)

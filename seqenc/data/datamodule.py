@@ -27,6 +27,7 @@ from seqenc.data.sequences import (
     build_sequences,
     fit_catalogue,
     repeat_share,
+    require_known_items,
     require_trainable,
 )
 from seqenc.data.spec import DataSpec
@@ -124,8 +125,8 @@ class SequenceDataModule(pl.LightningDataModule):
         label_column, as_of_column, label_task: the label, the per-row cut-off (``None``: the
             column ``as_of`` if there; a named one must exist), and ``classification`` /
             ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
-        val_share: with labels, the share of labelled entities held out (a fixed draw) to pick
-            the checkpoint; the test after ``fit`` scores them again.
+        val_share: with labels, the share of entities held out to pick the checkpoint (a fixed
+            draw; the test after ``fit`` scores them again).
         vocabs_from: a bundle directory whose vocabularies encode the events (so its weights fit:
             ``model.init_from`` sets it), instead of vocabularies fitted on them.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
@@ -180,7 +181,7 @@ class SequenceDataModule(pl.LightningDataModule):
         self.bounds = VocabBounds(
             min_item_count, max_items, min_category_count, max_categories, oov_buckets
         )
-        self.windows, self.baskets = windows, baskets
+        self.windows, self.baskets, self.shard_entities = windows, baskets, shard_entities
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
         check_count(eval_entities, "data.eval_entities", optional=True)
@@ -193,7 +194,6 @@ class SequenceDataModule(pl.LightningDataModule):
         self.labels, self.label_column, self.as_of_column = labels, label_column, as_of_column
         self.label_task, self.val_share = label_task, val_share
         self._restored_vocabs = None if vocabs_from is None else read_vocabs(vocabs_from)
-        self.shard_entities = shard_entities
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
@@ -224,6 +224,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if shard is not None:
             events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
+        require_known_items(built[0], self._restored_vocabs is not None, "data.vocabs_from")
         self._built_shard = shard
         if shard is not None:
             rank_zero_info(
@@ -332,9 +333,7 @@ class SequenceDataModule(pl.LightningDataModule):
     @property
     def batch_seed(self) -> int:
         """The seed of the training batch order (see ``seed``)."""
-        if self.seed is not None:
-            return self.seed
-        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+        return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
         dataset = ViewDataset(view, self.window_len if train else self.history_len, with_seen)

@@ -351,6 +351,20 @@ def log_unknown_values(
 MIN_EVENTS = 4  # the fewest events of an entity a leave-one-out split trains on
 
 
+def require_known_items(store: SequenceStore, given: bool, where: str) -> None:
+    """With ``given`` vocabularies (``where``: a bundle's), warn about the values they do not
+    know, and refuse a log none of whose items they know: a model would train on unknown ids
+    alone. Fitted ones know every value: nothing to check."""
+    if not given:
+        return
+    log_unknown_values(store.n_events, store.n_unknown_items, store.n_unknown_categorical)
+    if store.n_events and store.n_unknown_items == store.n_events:
+        raise SeqencError(
+            f"{where}: its item vocabulary knows none of the log's items ({store.n_events:,} "
+            "events): is it the bundle of another catalogue?"
+        )
+
+
 def require_trainable(store: SequenceStore, min_len: int, min_events: int = MIN_EVENTS) -> None:
     """Refuse a log where no entity has ``max(min_len, min_events)`` events (leave-one-out holds
     out two events and a training window needs two more): training would run on nothing and
