@@ -13,6 +13,7 @@ import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta
+from seqenc.errors import SeqencError
 from seqenc.model.head import SupervisedHead
 
 
@@ -60,6 +61,20 @@ def entity_table(
     )
 
 
+def check_finite(values: np.ndarray, what: str, model: str) -> np.ndarray:
+    """``values`` (one row per entity), refused when one is NaN or infinite: finite weights can
+    still overflow (huge ones, a regression head's scale), and a NaN passed on is a wrong result
+    downstream; the message names the bundle ``model``."""
+    bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    if bad.any():
+        raise SeqencError(
+            f"bundle {model!r} gave non-finite {what} for {int(bad.sum())} of {len(values)} "
+            f"entities (first at row {int(np.argmax(bad))}): its weights overflow on these "
+            "events; check or retrain the bundle"
+        )
+    return values
+
+
 def with_embeddings(columns: pa.Table, embeddings: np.ndarray) -> pa.Table:
     """Insert ``embedding`` (``fixed_size_list<float32>[d]``) as the second column."""
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
@@ -84,13 +99,15 @@ def prediction_fields(head: SupervisedHead | None) -> list[tuple[str, pa.DataTyp
 
 @torch.inference_mode()
 def with_predictions(
-    columns: pa.Table, head: SupervisedHead | None, embeddings: np.ndarray
+    columns: pa.Table, head: SupervisedHead | None, embeddings: np.ndarray, model: str
 ) -> pa.Table:
     """``columns`` with the :func:`prediction_fields` of ``head`` on the (native) ``embeddings``
-    appended; unchanged without a head."""
+    appended (finite: :func:`check_finite`, naming the bundle ``model``); unchanged without a
+    head."""
     if head is None:
         return columns
     out = head.predict(head(torch.from_numpy(np.asarray(embeddings, dtype=np.float32)))).numpy()
+    check_finite(out, "predictions", model)
     if head.task == "regression":
         return columns.append_column("prediction", pa.array(out.astype(np.float64)))
     best = pa.array(head.classes).take(pa.array(out.argmax(axis=1)))

@@ -17,6 +17,7 @@ from seqenc.devices import torch_device
 from seqenc.encoding.backends import Backend, TorchBackend, check_backend, runtime_backend
 from seqenc.encoding.batches import iter_batches
 from seqenc.encoding.options import MAX_TOKENS
+from seqenc.encoding.outputs import check_finite
 from seqenc.encoding.store import Counts, entity_columns, sequences
 from seqenc.model.encoder import SequenceEncoder
 
@@ -96,5 +97,6 @@ def encode_events(
     counts.report()
     dim = bundle.meta.dim
     embeddings = embed_store(store, bundle.backend, history_len, dim, batch_size, max_tokens)
+    check_finite(embeddings, "embeddings", bundle.meta.name)
     columns = entity_columns(store, np.arange(len(store)), history_len)
     return Encoded(columns, embeddings, counts)

@@ -142,6 +142,9 @@ def _predict(
     try:
         with sigterm_raises(), warnings.catch_warnings():  # batches carry their own indices
             warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+            warnings.filterwarnings(
+                "ignore", message=".*LeafSpec.* is deprecated"
+            )  # Lightning's own
             trainer.predict(module, datamodule=datamodule, return_predictions=False)
     finally:
         scratch.release()

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from seqenc.atomic import move_into_place
 from seqenc.data.batches import Batch
 from seqenc.encoding.outputs import (
+    check_finite,
     embedding_type,
     prediction_fields,
     with_embeddings,
@@ -94,9 +95,10 @@ class ParquetPredictionWriter(BasePredictionWriter):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        embeddings = prediction.cpu().numpy()
+        model = self.metadata["seqenc.model"]
+        embeddings = check_finite(prediction.cpu().numpy(), "embeddings", model)
         table = with_embeddings(batch[1], embeddings)
-        table = with_predictions(table, self.head, embeddings).cast(self.schema)
+        table = with_predictions(table, self.head, embeddings, model).cast(self.schema)
         self._buffer.append(table)
         self.n_rows += table.num_rows
         self._bar.update(table.num_rows)
