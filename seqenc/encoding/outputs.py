@@ -65,7 +65,9 @@ def check_finite(values: np.ndarray, what: str, model: str) -> np.ndarray:
     """``values`` (one row per entity), refused when one is NaN or infinite: finite weights can
     still overflow (huge ones, a regression head's scale), and a NaN passed on is a wrong result
     downstream; the message names the bundle ``model``."""
-    bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    if not values.size:  # no entity (all skipped)
+        return values
+    bad = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
     if bad.any():
         raise SeqencError(
             f"bundle {model!r} gave non-finite {what} for {int(bad.sum())} of {len(values)} "
