@@ -86,10 +86,11 @@ def read_labels(
         if column not in frame.columns:
             raise SeqencError(f"{where} have no column {column!r} (columns: {list(frame.columns)})")
     as_of_column = as_of_column or AS_OF
-    if label_column in (entity, as_of_column):
+    keys = [entity] + ([as_of_column] if as_of_column in frame.columns else [])
+    if label_column in keys:
         raise SeqencError(
-            f"{where}: label column {label_column!r} is a key column ({entity!r}, "
-            f"{as_of_column!r}): name the column to predict"
+            f"{where}: label column {label_column!r} is a key column ({keys}): name the column "
+            "to predict"
         )
     missing = frame[label_column].isna().to_numpy()
     if missing.any():
@@ -97,7 +98,6 @@ def read_labels(
             "%s: %d of %d rows have no %r, left out", where, missing.sum(), len(frame), label_column
         )
         frame = frame[~missing]
-    keys = [entity] + ([as_of_column] if as_of_column in frame.columns else [])
     repeated = frame.duplicated(keys).to_numpy()
     if repeated.any():
         first = frame[keys].iloc[int(np.flatnonzero(repeated)[0])].to_dict()
