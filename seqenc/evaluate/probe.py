@@ -13,9 +13,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from seqenc.data.labels import standardise
 from seqenc.errors import SeqencError
-from seqenc.evaluate.labels import label_rows
+from seqenc.evaluate.labels import label_rows, regression_targets
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
 Model = Literal["linear", "trees"]
@@ -249,12 +248,7 @@ def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, l
     """Regression targets as floats; classes as codes 0..k-1 (sorted) with the class list, each
     class needing a row in every fold."""
     if task == "regression":
-        try:
-            numbers = y.astype(np.float64)
-        except (TypeError, ValueError) as e:
-            raise SeqencError(f"regression needs numeric labels: {e}") from e
-        standardise(numbers, "labels")  # finite, not constant, within float64
-        return numbers, []
+        return regression_targets(y), []
     codes, uniques = pd.factorize(y, sort=True)
     classes = list(uniques)
     counts = np.bincount(codes)
