@@ -213,7 +213,6 @@ def _real(value: object) -> bool:
 
 def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
     """Refuse, in one line, an option that would be ignored or that cannot train."""
-    check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     if encoder.recency:
         raise SeqencError(
             "model.encoder.recency is the input of bundles written before query_time, kept to "
@@ -230,6 +229,7 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
         )
+    check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     masking = [
         k
         for k in ("mask_prob", "replace_rule", "mask_last_prob")
