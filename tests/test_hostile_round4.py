@@ -269,10 +269,15 @@ BAD_OPTIONS = st.one_of(
     st.tuples(st.just("as_of_column"), st.sampled_from(["asof", "cut_off"])),
     st.tuples(st.just("init_from"), st.sampled_from(["other", "devzero", "fifo"])),
     st.tuples(st.just("vocabs_from"), st.sampled_from(["other", "devzero"])),
+    st.tuples(st.just("plain"), st.sampled_from([
+        ("data.batch_size", "0"), ("data.eval_batch_size", "-1"), ("data.num_workers", "-1"),
+        ("data.seed", "-1"), ("model.lr", "-1"), ("model.lr", "0"), ("model.warmup_steps", "-5"),
+        ("model.ks", "[0]"), ("model.weight_decay", "-0.5"),
+    ])),
 )  # fmt: skip
 
 
-@settings(SETTINGS, max_examples=10)
+@settings(SETTINGS, max_examples=14)
 @given(option=BAD_OPTIONS)
 def test_fit_refuses_any_bad_option_first(world, tmp_path_factory, option):
     """An option value that cannot train is one line before anything else is printed (no
@@ -283,6 +288,8 @@ def test_fit_refuses_any_bad_option_first(world, tmp_path_factory, option):
     if name == "loss_options":
         loss = "gbce" if "t" in value else "sampled_softmax"
         argv += ["--model.loss", loss, "--model.loss_options", json.dumps(value)]
+    elif name == "plain":
+        argv += [f"--{value[0]}", value[1]]
     elif name == "oov_buckets":
         argv += ["--data.oov_buckets", str(value), "--data.max_items", "10"]
     elif name in ("label_column", "as_of_column"):

@@ -45,6 +45,29 @@ def check_buckets(oov_buckets: int, n_values: int) -> None:
         )
 
 
+def check_batching(
+    batch_size: Any,
+    eval_batch_size: Any,
+    bucket_factor: Any,
+    num_workers: Any,
+    eval_entities: Any,
+    seed: Any,
+) -> None:
+    """The data module's batching options, each a whole number in its range, else one line
+    naming it (before a sampler or a worker pool fails on it)."""
+    for name, value in [
+        ("batch_size", batch_size),
+        ("eval_batch_size", eval_batch_size),
+        ("bucket_factor", bucket_factor),
+    ]:
+        check_count(value, f"data.{name}")
+    check_count(num_workers, "data.num_workers", low=0)
+    check_count(eval_entities, "data.eval_entities", optional=True)
+    check_count(seed, "data.seed", low=0, optional=True)
+    if seed is not None and seed >= 2**32:
+        raise SeqencError(f"data.seed must lie in [0, 2**32), got {seed}")
+
+
 @dataclass(frozen=True)
 class VocabBounds:
     """How large the vocabularies fitted on a log may grow (``SequenceDataModule``'s options of the

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
 from seqenc.data.batches import Batch, collate
-from seqenc.data.bounds import PerColumn, VocabBounds, check_count
+from seqenc.data.bounds import PerColumn, VocabBounds, check_batching
 from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
 from seqenc.data.labels import LabelledView, Labels, LabelTask, labelled_view, read_labels, subset
@@ -184,7 +184,7 @@ class SequenceDataModule(pl.LightningDataModule):
         self.windows, self.baskets, self.shard_entities = windows, baskets, shard_entities
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
-        check_count(eval_entities, "data.eval_entities", optional=True)
+        check_batching(batch_size, eval_batch_size, bucket_factor, num_workers, eval_entities, seed)
         self.eval_entities = eval_entities
         if labels is not None and (label_column is None or not 0 < val_share < 1):
             raise SeqencError(

@@ -230,6 +230,15 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "model.loss sampled_softmax"
         )
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
+    lr, decay = options["lr"], options["weight_decay"]
+    if not (_real(lr) and lr > 0 and _real(decay) and decay >= 0):
+        raise SeqencError(
+            f"model.lr must be a finite number > 0 and model.weight_decay one >= 0, got {lr!r} "
+            f"and {decay!r}"
+        )
+    check_count(options["warmup_steps"], "model.warmup_steps", low=0)
+    for k in options["ks"]:
+        check_count(k, "model.ks (each a cut-off >= 1)")
     masking = [
         k
         for k in ("mask_prob", "replace_rule", "mask_last_prob")
