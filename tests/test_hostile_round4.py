@@ -271,7 +271,7 @@ BAD_OPTIONS = st.one_of(
     st.tuples(st.just("vocabs_from"), st.sampled_from(["other", "devzero"])),
     st.tuples(st.just("plain"), st.sampled_from([
         ("data.batch_size", "0"), ("data.eval_batch_size", "-1"), ("data.num_workers", "-1"),
-        ("data.seed", "-1"), ("model.lr", "-1"), ("model.lr", "0"), ("model.warmup_steps", "-5"),
+        ("data.seed", "-1"), ("model.lr", "-1"), ("model.lr", "inf"), ("model.warmup_steps", "-5"),
         ("model.ks", "[0]"), ("model.weight_decay", "-0.5"),
     ])),
 )  # fmt: skip

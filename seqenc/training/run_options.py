@@ -231,10 +231,9 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
         )
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     lr, decay = options["lr"], options["weight_decay"]
-    if not (_real(lr) and lr > 0 and _real(decay) and decay >= 0):
+    if not (_real(lr) and lr >= 0 and _real(decay) and decay >= 0):
         raise SeqencError(
-            f"model.lr must be a finite number > 0 and model.weight_decay one >= 0, got {lr!r} "
-            f"and {decay!r}"
+            f"model.lr and model.weight_decay must be finite numbers >= 0, got {lr!r} and {decay!r}"
         )
     check_count(options["warmup_steps"], "model.warmup_steps", low=0)
     for k in options["ks"]:
