@@ -193,6 +193,7 @@ class SequenceDataModule(pl.LightningDataModule):
             )
         self.labels, self.label_column, self.as_of_column = labels, label_column, as_of_column
         self.label_task, self.val_share = label_task, val_share
+        self.vocabs_from = vocabs_from
         self._restored_vocabs = None if vocabs_from is None else read_vocabs(vocabs_from)
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
@@ -224,7 +225,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if shard is not None:
             events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
-        require_known_items(built[0], self._restored_vocabs is not None, "data.vocabs_from")
+        require_known_items(built[0], self.vocabs_from)
         self._built_shard = shard
         if shard is not None:
             rank_zero_info(

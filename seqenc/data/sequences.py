@@ -351,17 +351,17 @@ def log_unknown_values(
 MIN_EVENTS = 4  # the fewest events of an entity a leave-one-out split trains on
 
 
-def require_known_items(store: SequenceStore, given: bool, where: str) -> None:
-    """With ``given`` vocabularies (``where``: a bundle's), warn about the values they do not
-    know, and refuse a log none of whose items they know: a model would train on unknown ids
-    alone. Fitted ones know every value: nothing to check."""
-    if not given:
+def require_known_items(store: SequenceStore, bundle: str | None) -> None:
+    """With the vocabularies of ``bundle`` (``data.vocabs_from``), warn about the values they do
+    not know, and refuse a log none of whose items they know: a model would train on unknown ids
+    alone. Without (``None``: fitted on the log) there is nothing to check."""
+    if bundle is None:
         return
     log_unknown_values(store.n_events, store.n_unknown_items, store.n_unknown_categorical)
     if store.n_events and store.n_unknown_items == store.n_events:
         raise SeqencError(
-            f"{where}: its item vocabulary knows none of the log's items ({store.n_events:,} "
-            "events): is it the bundle of another catalogue?"
+            f"data.vocabs_from {bundle!r} (model.init_from sets it): its item vocabulary knows "
+            f"none of the log's {store.n_events:,} events' items: is it another catalogue's?"
         )
 
 
