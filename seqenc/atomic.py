@@ -4,24 +4,33 @@ Everything is written under a unique temporary name beside the target (same file
 final rename is atomic) and renamed onto the target only on success; on failure the temporary is
 removed. A directory is never replaced by a file nor a file by a directory, and a file target
 written as ``'out/'`` (trailing slash) or naming an existing directory is refused with a message
-saying so: seqenc does not guess a file name inside it.
+saying so: seqenc does not guess a file name inside it. A target must be absent or a regular file
+(a rename over ``/dev/null`` would replace the device node), never one of the command's inputs,
+and its folder must take a first block; a full disk is one line (:func:`disk_full`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from seqenc.errors import SeqencError
 
+# A write that fails for want of room: the disk (or quota) is full, or the file size limit hit.
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+FIRST_WRITE = 1 << 16  # bytes a target's folder must take before any work (a first block or so)
 
-def file_target(target: str | Path) -> Path:
-    """``target`` as a file path; refuses a trailing slash, an existing directory or a parent that
-    cannot hold files, each with a message naming the path."""
+
+def file_target(target: str | Path, inputs: Iterable[str | Path] = ()) -> Path:
+    """``target`` as a file path; refuses a trailing slash, an existing directory, anything but
+    a regular file in the way (a device, pipe or socket), one of ``inputs`` and a parent that
+    cannot take a first write, each with a message naming the path."""
     text = str(target)
     path = Path(text)
     if text.endswith(("/", os.sep)) or path.is_dir():
@@ -29,15 +38,21 @@ def file_target(target: str | Path) -> Path:
             f"output {text!r} names a directory; refusing to overwrite it with a file: give a "
             f"file path such as {str(path / 'embeddings.parquet')!r}"
         )
+    _regular_or_absent(path)
+    not_an_input(path, inputs)
     _check_parent(path)
     return path
 
 
 def directory_target(
-    target: str | Path, replaceable: Callable[[Path], bool], what: str = "a seqenc output"
+    target: str | Path,
+    replaceable: Callable[[Path], bool],
+    what: str = "a seqenc output",
+    inputs: Iterable[str | Path] = (),
 ) -> Path:
     """``target`` as a directory path (a trailing slash is allowed); an existing one must pass
-    ``replaceable`` (e.g. "holds a bundle"); an existing file is refused."""
+    ``replaceable`` (e.g. "holds a bundle") and hold none of ``inputs``; an existing file is
+    refused."""
     path = Path(target)
     if path.exists() and not path.is_dir():
         raise SeqencError(
@@ -45,25 +60,72 @@ def directory_target(
         )
     if path.is_dir() and not replaceable(path):
         raise SeqencError(f"{str(path)!r} exists and is not {what}; refusing to overwrite")
+    not_an_input(path, inputs)
     _check_parent(path)
     return path
 
 
+def _regular_or_absent(path: Path) -> None:
+    """Refuse a ``path`` that exists (after links) as anything but a regular file or folder."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # absent (a parent in the way: checked next)
+        return
+    except OSError as e:
+        raise SeqencError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise SeqencError(
+            f"output {str(path)!r} is a device, pipe or socket, not a regular file; refusing to "
+            "replace it: give a file path"
+        )
+
+
+def not_an_input(output: Path, inputs: Iterable[str | Path]) -> None:
+    """Refuse an ``output`` that is one of ``inputs`` (by resolved path, or by inode: links and
+    hard links) or, as a folder, holds one: a command never replaces what it reads."""
+    target = output.resolve()
+    for source in map(Path, inputs):
+        same = source.resolve().is_relative_to(target)
+        try:
+            same = same or os.path.samefile(source, output)
+        except OSError:  # one of them does not exist
+            pass
+        if same:
+            what = "holds the input" if output.is_dir() else "is the input"
+            raise SeqencError(
+                f"output {str(output)!r} {what} {str(source)!r}; refusing to replace what the "
+                "command reads: choose another output"
+            )
+
+
 def _check_parent(path: Path) -> None:
-    """Create the parent folders; an ancestor that is a file or an unwritable place is a user error."""
+    """Create the parent folders; an ancestor that is a file, an unwritable place or a full disk
+    is a user error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
         raise SeqencError(f"cannot write {str(path)!r}: a parent is not a directory") from e
     except OSError as e:
         raise SeqencError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
-    try:  # a real write: access() says yes to root on a read-only place
-        with tempfile.TemporaryFile(dir=path.parent):
-            pass
+    try:
+        _first_write(path.parent)
     except OSError as e:
-        raise SeqencError(
-            f"cannot write {str(path)!r}: {str(path.parent)!r} is not writable ({e.strerror or e})"
-        ) from e
+        why = (
+            _full(e)
+            if e.errno in FULL
+            else f"{str(path.parent)!r} is not writable ({e.strerror or e})"
+        )
+        raise SeqencError(f"cannot write {str(path)!r}: {why}") from e
+
+
+def _first_write(directory: Path) -> None:
+    """Write (and sync) :data:`FIRST_WRITE` bytes into a nameless file in ``directory``: a real
+    write, since access() says yes to root on a read-only place and a full disk still makes
+    empty files."""
+    with tempfile.TemporaryFile(dir=directory) as f:
+        f.write(bytes(FIRST_WRITE))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def writable_directory(path: str | Path, what: str) -> Path:
@@ -72,12 +134,12 @@ def writable_directory(path: str | Path, what: str) -> Path:
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        _first_write(path)
     except (FileExistsError, NotADirectoryError) as e:
         raise SeqencError(f"{what} {str(path)!r} is not writable: a file is in the way") from e
     except OSError as e:
-        raise SeqencError(f"{what} {str(path)!r} is not writable: {e.strerror or e}") from e
+        why = _full(e) if e.errno in FULL else (e.strerror or str(e))
+        raise SeqencError(f"{what} {str(path)!r} is not writable: {why}") from e
     return path
 
 
@@ -104,6 +166,7 @@ def move_into_place(src: Path, target: Path) -> None:
         if not src.is_dir():
             if target.is_dir():
                 raise SeqencError(f"{str(target)!r} became a directory; refusing to replace it")
+            _regular_or_absent(target)
             os.replace(src, target)
             return
         if target.exists() and not target.is_dir():
@@ -130,19 +193,48 @@ def remove(path: Path) -> None:
 
 
 @contextmanager
-def atomic_file(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary file path beside ``target``; it becomes ``target`` when the block succeeds.
+def atomic_file(target: str | Path, inputs: Iterable[str | Path] = ()) -> Iterator[Path]:
+    """Yield a temporary file path beside ``target``; it becomes ``target`` when the block succeeds
+    (``target`` checked by :func:`file_target` against ``inputs``; a full disk is one line).
 
     >>> with atomic_file("out/data.json") as tmp:     # doctest: +SKIP
     ...     tmp.write_text("{}")
     """
-    path = file_target(target)
+    path = file_target(target, inputs)
     tmp = temporary_beside(path, directory=False)
     try:
-        yield tmp
+        with written(path):
+            yield tmp
         move_into_place(tmp, path)
     finally:
         remove(tmp)
+
+
+@contextmanager
+def written(target: Path) -> Iterator[None]:
+    """Within the block, a write that fails for want of room is one line naming ``target``."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in FULL:
+            raise
+        raise SeqencError(f"cannot write {str(target)!r}: {_full(e)}") from e
+
+
+def disk_full(exc: BaseException) -> SeqencError | None:
+    """A :class:`SeqencError` for an ``OSError`` that failed for want of room (in any writer:
+    a checkpoint, a log, a library's file), else None."""
+    if isinstance(exc, OSError) and exc.errno in FULL:
+        where = f"cannot write {exc.filename!r}" if exc.filename else "a write failed"
+        return SeqencError(f"{where}: {_full(exc)}")
+    return None
+
+
+def _full(e: OSError) -> str:
+    """What a write error that :data:`FULL` names means."""
+    if e.errno == errno.EFBIG:
+        return "the file size limit is reached (File too large)"
+    return f"the disk is full ({e.strerror or os.strerror(e.errno)})"
 
 
 def write_text(target: str | Path, text: str) -> Path:
@@ -158,16 +250,19 @@ def atomic_directory(
     target: str | Path,
     replaceable: Callable[[Path], bool] = lambda p: not any(p.iterdir()),
     what: str = "a seqenc output",
+    inputs: Iterable[str | Path] = (),
 ) -> Iterator[Path]:
     """Yield a fresh temporary directory beside ``target``; it becomes ``target`` on success.
 
-    An existing ``target`` is replaced only if ``replaceable(target)`` (default: it is empty);
-    otherwise, or if it is a file, :class:`SeqencError` is raised before anything is written.
+    An existing ``target`` is replaced only if ``replaceable(target)`` (default: it is empty)
+    and holds none of ``inputs``; otherwise, or if it is a file, :class:`SeqencError` is raised
+    before anything is written.
     """
-    path = directory_target(target, replaceable, what)
+    path = directory_target(target, replaceable, what, inputs)
     tmp = temporary_beside(path, directory=True)
     try:
-        yield tmp
+        with written(path):
+            yield tmp
         tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
         move_into_place(tmp, path)
     finally:

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from seqenc.atomic import atomic_directory
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
-from seqenc.data.vocab import VOCAB_FILE, Vocabularies, vocab_id_types
+from seqenc.data.vocab import MAX_VOCAB_BYTES, VOCAB_FILE, Vocabularies, vocab_id_types
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
@@ -37,9 +37,8 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: the lengths named (history_len, encoder.n_positions)
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-# The most a JSON file of a bundle may hold: a configuration (or lineage) is a few KB, the
-# vocabularies grow with the catalogue.
-MAX_CONFIG_BYTES, MAX_VOCAB_BYTES = 1 << 20, 1 << 31
+# The most a configuration (or lineage) file may hold: a few KB (vocabularies: MAX_VOCAB_BYTES).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -286,6 +285,11 @@ def _check_vocabs(
         )
 
 
+def bundle_inputs(path: str | Path) -> list[Path]:
+    """The bundle's JSON and safetensors files (what a command reads, so never its output)."""
+    return sorted(p for p in Path(path).glob("*") if p.suffix in (".json", ".safetensors"))
+
+
 def _replaceable(target: Path) -> bool:
     """An existing bundle directory (or an empty one) may be replaced by a new bundle."""
     return (target / CONFIG_FILE).is_file() or not any(target.iterdir())
@@ -297,12 +301,11 @@ def save_bundle(
     spec: DataSpec,
     objective: str | None = None,
     name: str | None = None,
+    inputs: tuple[str | Path, ...] = (),
 ) -> Path:
-    """Write ``encoder`` with its data spec as a bundle directory; returns its path.
-
-    The one writer of bundles (``seqenc fit``, ``seqenc bundle``, Python). ``objective`` defaults
-    to the encoder's (causal or not); ``name`` to the directory's name.
-    """
+    """Write ``encoder`` with its data spec as a bundle directory; returns its path. The one writer
+    of bundles (``seqenc fit``, ``seqenc bundle``, Python). ``objective`` defaults to the encoder's
+    (causal or not); ``name`` to the directory's name; ``inputs`` (a checkpoint read) stay."""
     output_dir = Path(output_dir)
     config = encoder.config
     objective = objective or ("causal" if config.causal else "masked")
@@ -315,7 +318,7 @@ def save_bundle(
         "schema": vocab_id_types(spec.schema, spec.vocabs, where),
     }
     state = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items()}
-    with atomic_directory(output_dir, _replaceable, "a seqenc bundle") as tmp:
+    with atomic_directory(output_dir, _replaceable, "a seqenc bundle", inputs) as tmp:
         save_file(state, tmp / WEIGHTS_FILE, metadata={"format": "pt"})
         (tmp / VOCAB_FILE).write_text(json.dumps(spec.vocabs.to_dict()) + "\n")
         meta = BundleMeta(

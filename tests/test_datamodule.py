@@ -119,5 +119,5 @@ def test_eval_entities_draws_the_same_entities_for_validation_and_test_in_every_
     position = {row: i for i, row in enumerate(full[2].rows)}
     picked = [position[row] for row in a[2].rows]
     assert a[2].targets.tolist() == full[2].targets[picked].tolist()
-    with pytest.raises(SeqencError, match="data.eval_entities must be >= 1"):
+    with pytest.raises(SeqencError, match="data.eval_entities must be an integer >= 1"):
         _datamodule(events, eval_entities=0)

@@ -160,7 +160,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
         "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
         "n_time_buckets": (64, 32), "numeric_scaling": ("global", "per_item"), "pooling": ("last", "mean"), "normalize": (False, True),
-        "loss": ("ce", "bce"), "loss_options": (None, {"n_negatives": 4}), "mask_prob": (0.2, 0.5),
+        "loss": ("ce", "bce"), "loss_options": (None, {"chunk_size": 4}), "mask_prob": (0.2, 0.5),
         "replace_rule": (True, False), "mask_last_prob": (0.0, 0.5),
         "next_item_weight": (1.0, 0.5), "contrastive_weight": (0.0, 1.0),
         "contrastive_temperature": (0.1, 0.5), "contrastive_min_share": (0.5, 0.3),

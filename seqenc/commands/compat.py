@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from seqenc.atomic import atomic_file, file_target
-from seqenc.compat.lineage import Lineage
+from seqenc.bundle import bundle_inputs
+from seqenc.compat.lineage import LINEAGE_FILE, MAP_FILE, Lineage
 from seqenc.compat.parent_map import DEFAULT_KIND, KINDS
+from seqenc.data.paths import expand_paths
 from seqenc.encoding import MAX_TOKENS, EncodeOptions
 from seqenc.evaluate.drift import CUTOFFS, align, drift
 from seqenc.inference import load_encoder
@@ -48,6 +50,8 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
 def run_align(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     events = args.events[0] if len(args.events) == 1 else args.events
+    for name in (MAP_FILE, LINEAGE_FILE):  # the map's files, before it is fitted
+        file_target(Path(args.new) / name, expand_paths(events))
     lineage = align(args.new, args.old, events, args.kind, args.as_of, args.cutoffs)
     print(_describe(lineage, args.new))
 
@@ -71,14 +75,15 @@ def add_drift_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_drift(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if args.json:
-        file_target(args.json)  # before the report is computed
-    old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
     events = args.events[0] if len(args.events) == 1 else args.events
+    inputs = [*bundle_inputs(args.old), *bundle_inputs(args.new), *expand_paths(events)]
+    if args.json:
+        file_target(args.json, inputs)  # before the report is computed
+    old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
     options = EncodeOptions(as_of=args.as_of, on_empty="skip", max_tokens=args.max_tokens)
     report = drift(old, new, events, options, k=args.k, sample=args.sample)
     if args.json:
-        with atomic_file(args.json) as tmp:
+        with atomic_file(args.json, inputs) as tmp:
             Path(tmp).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     print(report.table())
 

@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file, file_target
 from seqenc.data.events import check_column_names
+from seqenc.data.labels import AS_OF
+from seqenc.data.paths import expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, compare
@@ -35,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--numeric", nargs="*", default=[], help="numeric event columns")
     parser.add_argument(
         "--as-of-column",
-        default="as_of",
-        help="per-label cut-off column of labels, used for the aggregates when present",
+        default=None,
+        help="per-label cut-off column of labels (default: as_of when present; a named one must be)",
     )
     parser.add_argument(
         "--as-of", default=None, help="one cut-off for the aggregates (without --as-of-column)"
@@ -57,12 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    inputs = [args.labels, *([args.embeddings] if args.embeddings else [])]
+    inputs += expand_paths(args.events) if args.events else []
     if args.json:
-        file_target(args.json)  # before the probes run
+        file_target(args.json, inputs)  # before the probes run
     table = _run(args)
     print(format_table(table, args.folds, args.seed))
     if args.json:
-        with atomic_file(args.json) as tmp:
+        with atomic_file(args.json, inputs) as tmp:
             Path(tmp).write_text(json.dumps(table.to_dict(orient="records"), indent=1))
 
 
@@ -80,6 +84,12 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
     if not args.embeddings and not args.events:
         raise SeqencError("give --embeddings, --events or both")
     labels = _read_table(args.labels, "labels")
+    if args.as_of_column is not None and args.as_of_column not in labels.columns:
+        raise SeqencError(
+            f"labels {args.labels!r} have no column {args.as_of_column!r} (--as-of-column; "
+            f"columns: {list(labels.columns)})"
+        )
+    args.as_of_column = args.as_of_column or AS_OF
     per_row = args.as_of_column in labels.columns
     on = [args.entity, args.as_of_column] if per_row else [args.entity]
     try:

@@ -8,29 +8,31 @@ from __future__ import annotations
 import inspect
 import os
 import time
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from seqenc.atomic import writable_directory
-from seqenc.cli_support import default_logger_classes, run_user_command
+from seqenc.cli_support import default_logger_classes, held_output, one_line_errors
 from seqenc.commands.compat import align_after_fit, check_parent_bundle
 from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
+from seqenc.training.saving import AtomicCheckpoint
 
 MONITOR = "val/ndcg@10"
 LABEL_MONITOR = "val/score"  # with data.labels: ROC-AUC or R² of the held-out labelled entities
@@ -63,6 +65,10 @@ class SeqencCLI(LightningCLI):
             }
         )
 
+    def __init__(self, *args, release: Callable[[], None] = lambda: None, **kwargs) -> None:
+        self._release = release  # prints what was held back (cli_support.held_output)
+        super().__init__(*args, **kwargs)
+
     def parse_arguments(self, parser, args) -> None:
         self._args = args  # kept to tell the options given from the defaults (_parse_ckpt_path)
         super().parse_arguments(parser, args)
@@ -75,9 +81,9 @@ class SeqencCLI(LightningCLI):
         override every given option, silently."""
         subcommand = self.config.get("subcommand")
         path = subcommand and self.config[subcommand].get("ckpt_path")
-        if not path or not Path(path).is_file():
+        if not path:
             return
-        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+        checkpoint = load_checkpoint(path)  # one line for a truncated or foreign file
         saved = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[0] != "_"}
         explicit = self.parser.parse_args(self._args, defaults=False, _skip_validation=True)
         given = explicit[subcommand].get("model")
@@ -91,7 +97,21 @@ class SeqencCLI(LightningCLI):
         if config.get("model") and config.model.get("init_from"):
             config.data.vocabs_from = config.data.get("vocabs_from") or config.model.init_from
 
+    def check_run(self, stage: str) -> None:
+        """Build what the run reads and check it against the trainer's processes
+        (:func:`~seqenc.data.processes.check_processes`), then print what was held back: bad
+        data fails in one line before Lightning's banner or anything else."""
+        check_processes(self.datamodule, self.trainer.world_size, stage)
+        self._release()
+
+    def before_validate(self) -> None:
+        self.check_run("validate")
+
+    def before_test(self) -> None:
+        self.check_run("test")
+
     def before_fit(self) -> None:
+        self.check_run("fit")
         if self.trainer.is_global_zero:
             print(self.datamodule.vocabs.describe())
         if self.model.encoder.head is not None:  # fine-tuning: the labelled score picks
@@ -220,8 +240,8 @@ def trainer_defaults(name: str) -> dict:
         # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt,
         # saved after every training epoch, whether or not that epoch validates.
         "callbacks": [
-            ModelCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
-            ModelCheckpoint(filename="last", save_on_train_epoch_end=True),
+            AtomicCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
+            AtomicCheckpoint(filename="last", save_on_train_epoch_end=True),
             WriteBundle(),
             Baselines(),
             LabelBaselines(),
@@ -241,21 +261,18 @@ def main(argv: list[str], given: list[str] | None) -> None:
     if "--help-all" in argv:
         argv = ["--help" if a == "--help-all" else a for a in argv]
         given = argv
-    run_user_command(
-        lambda: (
-            check_renamed(argv)
-            or SeqencCLI(
-                SeqencModule,
-                SequenceDataModule,
-                trainer_defaults=trainer_defaults(_run_name(argv)),
-                # Only fit saves its config (into the run folder); test / validate have no run folder.
-                save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
-                save_config_kwargs={"overwrite": True},
-                args=given,  # None: LightningCLI reads sys.argv itself
-            )
-        ),
-        f"seqenc {argv[0]}",
-    )
+    with one_line_errors(f"seqenc {argv[0]}"), held_output() as release:
+        check_renamed(argv)
+        SeqencCLI(
+            SeqencModule,
+            SequenceDataModule,
+            trainer_defaults=trainer_defaults(_run_name(argv)),
+            # Only fit saves its config (into the run folder); test / validate have no run folder.
+            save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
+            save_config_kwargs={"overwrite": True},
+            args=given,  # None: LightningCLI reads sys.argv itself
+            release=release,
+        )
 
 
 # The options a user sets first: (option, what it sets); the defaults are read from the classes.

@@ -10,6 +10,10 @@ import numpy as np
 from seqenc.errors import SeqencError
 
 MAX_DEFAULT_BUCKETS = 1024
+# A given ``oov_buckets`` may reach this many per distinct value of the fitted column (or
+# MAX_DEFAULT_BUCKETS): more buckets than values only grows the table (10,000,000 of them is
+# gigabytes of embeddings that no value trains).
+BUCKETS_PER_VALUE = 4
 PerColumn = int | dict[str, int]
 
 
@@ -27,6 +31,41 @@ def check_count(value: Any, name: str, low: int = 1, optional: bool = False) -> 
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         none = " or None" if optional else ""
         raise SeqencError(f"{name} must be an integer >= {low}{none}, got {value!r}")
+
+
+def check_buckets(oov_buckets: int, n_values: int) -> None:
+    """Refuse more buckets than :data:`BUCKETS_PER_VALUE` per distinct value fitted (at least
+    :data:`MAX_DEFAULT_BUCKETS` are allowed)."""
+    most = max(BUCKETS_PER_VALUE * n_values, MAX_DEFAULT_BUCKETS)
+    if oov_buckets > most:
+        raise SeqencError(
+            f"oov_buckets={oov_buckets:,} is more than {BUCKETS_PER_VALUE} per distinct value of "
+            f"a {n_values:,}-value column (at most {most:,}): the extra buckets would only grow "
+            "the table"
+        )
+
+
+def check_batching(
+    batch_size: Any,
+    eval_batch_size: Any,
+    bucket_factor: Any,
+    num_workers: Any,
+    eval_entities: Any,
+    seed: Any,
+) -> None:
+    """The data module's batching options, each a whole number in its range, else one line
+    naming it (before a sampler or a worker pool fails on it)."""
+    for name, value in [
+        ("batch_size", batch_size),
+        ("eval_batch_size", eval_batch_size),
+        ("bucket_factor", bucket_factor),
+    ]:
+        check_count(value, f"data.{name}")
+    check_count(num_workers, "data.num_workers", low=0)
+    check_count(eval_entities, "data.eval_entities", optional=True)
+    check_count(seed, "data.seed", low=0, optional=True)
+    if seed is not None and seed >= 2**32:
+        raise SeqencError(f"data.seed must lie in [0, 2**32), got {seed}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from seqenc.data.baskets import leave_one_basket_out, resolve_baskets
-from seqenc.data.bounds import PerColumn, VocabBounds
+from seqenc.data.bounds import PerColumn, VocabBounds, check_batching
 from seqenc.data.datasets import LabelledDataset, ViewDataset
 from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
@@ -35,6 +35,7 @@ from seqenc.data.sequences import (
     check_history_len,
     fit_catalogue,
     repeat_share,
+    require_known_items,
     require_trainable,
 )
 from seqenc.data.spec import DataSpec
@@ -99,10 +100,11 @@ class SequenceDataModule(pl.LightningDataModule):
             (:mod:`seqenc.model.head`), each sample an entity's history up to its row's
             ``as_of_column`` (all of it when the table has no such column). ``None``: the
             self-supervised fit (leave-one-out next-event splits).
-        label_column, as_of_column, label_task: the label, the per-row cut-off, and
-            ``classification`` / ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
-        val_share: with labels, the share of labelled entities held out (a fixed draw) to pick
-            the checkpoint; the test after ``fit`` scores them again.
+        label_column, as_of_column, label_task: the label, the per-row cut-off (``None``: the
+            column ``as_of`` if there; a named one must exist), and ``classification`` /
+            ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
+        val_share: with labels, the share of entities held out to pick the checkpoint (a fixed
+            draw; the test after ``fit`` scores them again).
         vocabs_from: a bundle directory whose vocabularies encode the events (so its weights fit:
             ``model.init_from`` sets it), instead of vocabularies fitted on them.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
@@ -140,7 +142,7 @@ class SequenceDataModule(pl.LightningDataModule):
         seed: int | None = None,
         labels: str | None = None,
         label_column: str | None = None,
-        as_of_column: str = "as_of",
+        as_of_column: str | None = None,
         label_task: LabelTask = "auto",
         val_share: float = 0.1,
         vocabs_from: str | None = None,
@@ -158,11 +160,10 @@ class SequenceDataModule(pl.LightningDataModule):
         self.bounds = VocabBounds(
             min_item_count, max_items, min_category_count, max_categories, oov_buckets
         )
-        self.windows, self.baskets = windows, baskets
+        self.windows, self.baskets, self.shard_entities = windows, baskets, shard_entities
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.bucket_factor, self.num_workers, self.seed = bucket_factor, num_workers, seed
-        if eval_entities is not None and eval_entities < 1:
-            raise SeqencError(f"data.eval_entities must be >= 1 or null, got {eval_entities}")
+        check_batching(batch_size, eval_batch_size, bucket_factor, num_workers, eval_entities, seed)
         self.eval_entities = eval_entities
         if labels is not None and (label_column is None or not 0 < val_share < 1):
             raise SeqencError(
@@ -171,8 +172,8 @@ class SequenceDataModule(pl.LightningDataModule):
             )
         self.labels, self.label_column, self.as_of_column = labels, label_column, as_of_column
         self.label_task, self.val_share = label_task, val_share
+        self.vocabs_from = vocabs_from
         self._restored_vocabs = None if vocabs_from is None else read_vocabs(vocabs_from)
-        self.shard_entities = shard_entities
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
@@ -203,6 +204,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if shard is not None:
             events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
+        require_known_items(built[0], self.vocabs_from)
         self._built_shard = shard
         if shard is not None:
             rank_zero_info(
@@ -314,9 +316,7 @@ class SequenceDataModule(pl.LightningDataModule):
     @property
     def batch_seed(self) -> int:
         """The seed of the training batch order (see ``seed``)."""
-        if self.seed is not None:
-            return self.seed
-        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+        return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def _loader(self, view: SequenceView, train: bool, with_seen: bool = False) -> DataLoader:
         dataset = ViewDataset(view, self.window_len if train else self.history_len, with_seen)

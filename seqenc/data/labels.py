@@ -26,6 +26,7 @@ from seqenc.errors import SeqencError
 
 log = logging.getLogger(__name__)
 LabelTask = Literal["auto", "classification", "regression"]
+AS_OF = "as_of"  # the cut-off column used when the table has it and no other is named
 
 
 @dataclass
@@ -70,26 +71,33 @@ def read_labels(
     source: str | Path | pd.DataFrame,
     entity: str,
     label_column: str,
-    as_of_column: str = "as_of",
+    as_of_column: str | None = None,
     task: LabelTask = "auto",
 ) -> Labels:
     """The label table at ``source`` (Parquet, CSV or a DataFrame), checked and coded.
 
-    ``as_of_column`` is used when the table has it (each row's history stops there); a row per
-    entity (and ``as_of``) at most. ``task`` ``"auto"``: :func:`infer_task`.
+    ``as_of_column`` (``None``: :data:`AS_OF` when the table has it) is where each row's history
+    stops; a named column the table lacks is refused, as is a label that is a key column. A row
+    per entity (and ``as_of``) at most. ``task`` ``"auto"``: :func:`infer_task`.
     """
     frame = _frame(source)
     where = f"labels {source!r}" if not isinstance(source, pd.DataFrame) else "labels"
-    for column in (entity, label_column):
+    for column in (entity, label_column, *([as_of_column] if as_of_column else [])):
         if column not in frame.columns:
             raise SeqencError(f"{where} have no column {column!r} (columns: {list(frame.columns)})")
+    as_of_column = as_of_column or AS_OF
+    keys = [entity] + ([as_of_column] if as_of_column in frame.columns else [])
+    if label_column in keys:
+        raise SeqencError(
+            f"{where}: label column {label_column!r} is a key column ({keys}): name the column "
+            "to predict"
+        )
     missing = frame[label_column].isna().to_numpy()
     if missing.any():
         log.warning(
             "%s: %d of %d rows have no %r, left out", where, missing.sum(), len(frame), label_column
         )
         frame = frame[~missing]
-    keys = [entity] + ([as_of_column] if as_of_column in frame.columns else [])
     repeated = frame.duplicated(keys).to_numpy()
     if repeated.any():
         first = frame[keys].iloc[int(np.flatnonzero(repeated)[0])].to_dict()
@@ -110,7 +118,7 @@ def _code(values: np.ndarray, task: str, where: str) -> tuple[np.ndarray, dict[s
             numbers = values.astype(np.float64)
         except (TypeError, ValueError) as e:
             raise SeqencError(f"{where}: regression needs numbers: {e}") from e
-        center, scale = float(numbers.mean()), float(numbers.std()) or 1.0
+        center, scale = standardise(numbers, where)
         spec = {"task": task, "classes": [], "center": center, "scale": scale}
         return ((numbers - center) / scale).astype(np.float32), spec
     if task != "classification":
@@ -120,6 +128,24 @@ def _code(values: np.ndarray, task: str, where: str) -> tuple[np.ndarray, dict[s
         raise SeqencError(f"{where}: a single class {list(classes)!r}: nothing to learn")
     spec = {"task": task, "classes": np.asarray(classes).tolist(), "center": 0.0, "scale": 1.0}
     return codes.astype(np.int64), spec
+
+
+def standardise(numbers: np.ndarray, where: str) -> tuple[float, float]:
+    """``(center, scale)`` of float64 regression labels; refused when a label is not finite, the
+    labels are constant (nothing to learn; R² undefined) or spread too wide for float64 (their
+    sum of squares overflows)."""
+    bad = ~np.isfinite(numbers)
+    if bad.any():
+        raise SeqencError(f"{where}: {bad.sum()} label(s) are not finite, e.g. {numbers[bad][0]}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        center, scale = float(numbers.mean()), float(numbers.std())
+        squares = scale * scale * len(numbers)
+    if not (np.isfinite(center) and np.isfinite(squares)):
+        raise SeqencError(f"{where}: labels up to {np.abs(numbers).max():g} overflow float64 when "
+                          "standardised; rescale them")  # fmt: skip
+    if scale == 0:
+        raise SeqencError(f"{where}: every label is {numbers[0]}: a constant has nothing to learn")
+    return center, scale
 
 
 @dataclass
@@ -145,6 +171,11 @@ def labelled_view(store: SequenceStore, labels: Labels) -> LabelledView:
     if labels.as_of is not None:
         ends = _cut_ends(store, entity_row, labels.as_of)
     keep = found & (ends > starts[entity_row])
+    if found.any() and not keep.any():
+        raise SeqencError(
+            "every label row's cut-off (as_of) lies before its entity's first event: no history "
+            f"to read (the first row's is {labels.as_of[0]} epoch seconds)"
+        )
     if not keep.any():
         raise SeqencError(
             f"no label row has an event in the log (labels' ids are {labels.entity.dtype}, e.g. "

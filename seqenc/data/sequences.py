@@ -374,7 +374,24 @@ def log_unknown_values(
             )
 
 
-def require_trainable(store: SequenceStore, min_len: int, min_events: int = 4) -> None:
+MIN_EVENTS = 4  # the fewest events of an entity a leave-one-out split trains on
+
+
+def require_known_items(store: SequenceStore, bundle: str | None) -> None:
+    """With the vocabularies of ``bundle`` (``data.vocabs_from``), warn about the values they do
+    not know, and refuse a log none of whose items they know: a model would train on unknown ids
+    alone. Without (``None``: fitted on the log) there is nothing to check."""
+    if bundle is None:
+        return
+    log_unknown_values(store.n_events, store.n_unknown_items, store.n_unknown_categorical)
+    if store.n_events and store.n_unknown_items == store.n_events:
+        raise SeqencError(
+            f"data.vocabs_from {bundle!r} (model.init_from sets it): its item vocabulary knows "
+            f"none of the log's {store.n_events:,} events' items: is it another catalogue's?"
+        )
+
+
+def require_trainable(store: SequenceStore, min_len: int, min_events: int = MIN_EVENTS) -> None:
     """Refuse a log where no entity has ``max(min_len, min_events)`` events (leave-one-out holds
     out two events and a training window needs two more): training would run on nothing and
     save an untrained model."""

@@ -21,11 +21,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seqenc.data.bounds import VocabBounds, check_count, default_buckets
+from seqenc.data.bounds import VocabBounds, check_buckets, check_count, default_buckets
 from seqenc.data.hashing import stable_hash
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.model.batch import MASK, N_SPECIAL, PAD, UNK
+from seqenc.reading import read_bounded
 
 _ARROW_TYPE = {"int64": pa.int64(), "string": pa.large_string()}
 
@@ -114,6 +115,7 @@ class Vocabulary:
         n_kept = n_kept if max_size is None else min(n_kept, int(max_size))
         if oov_buckets is None:
             oov_buckets = default_buckets(n_kept, len(table) - n_kept)
+        check_buckets(oov_buckets, len(table))
         return cls(
             table["value"].slice(0, n_kept).cast(arr.type),
             int(min_count),
@@ -364,13 +366,14 @@ def vocab_id_types(schema: EventSchema, vocabs: Vocabularies, where: str) -> Eve
 
 
 VOCAB_FILE = "vocab.json"  # a bundle's vocabularies (:meth:`Vocabularies.to_dict`)
+MAX_VOCAB_BYTES = 1 << 31  # the most a vocab.json may hold: it grows with the catalogue
 
 
 def read_vocabs(bundle: str | Path) -> Vocabularies:
     """The vocabularies of the bundle directory ``bundle`` (its ``vocab.json``), to encode new
     events exactly as the bundle's weights were trained (fine-tuning from a bundle)."""
     path = Path(bundle) / VOCAB_FILE
-    try:
-        return Vocabularies.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError) as e:
+    try:  # bounded: a link to /dev/zero or a FIFO is refused, not read for ever
+        return Vocabularies.from_dict(json.loads(read_bounded(path, MAX_VOCAB_BYTES)))
+    except (OSError, ValueError, RecursionError) as e:
         raise SeqencError(f"cannot read the vocabularies {str(path)!r}: {e}") from e

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from seqenc.atomic import atomic_file
-from seqenc.bundle import BundleMeta, file_sha256, load_bundle
+from seqenc.atomic import atomic_file, file_target
+from seqenc.bundle import BundleMeta, bundle_inputs, file_sha256, load_bundle
 from seqenc.encoding.backends import ONNX_FILE
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
@@ -101,10 +101,12 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
         raise SeqencError("seqenc onnx needs the onnx package: pip install 'seqenc[onnx]'") from e
     encoder, meta, _ = load_bundle(bundle)
     output = Path(bundle) / ONNX_FILE if output is None else Path(output)
+    read = bundle_inputs(bundle)
+    file_target(f"{output}.sha256", read)  # both targets checked before the export
     inputs = graph_inputs(meta)
     per_row = {"lengths": {0: "batch"}, "dt_query": {0: "batch"}, "embedding": {0: "batch"}}
     dynamic = {k: per_row.get(k, {0: "batch", 1: "length"}) for k in [*inputs, "embedding"]}
-    with atomic_file(output) as tmp, torch.no_grad(), warnings.catch_warnings():
+    with atomic_file(output, read) as tmp, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the branches discussed above
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, on purpose
         torch.onnx.export(
@@ -128,6 +130,6 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
         onnx.checker.check_model(proto)
         onnx.save(proto, str(tmp))
         digest = file_sha256(tmp)
-    with atomic_file(f"{output}.sha256") as tmp:
+    with atomic_file(f"{output}.sha256", read) as tmp:
         tmp.write_text(f"{digest}  {output.name}\n")
     return output

@@ -17,6 +17,7 @@ import torch
 from seqenc.bundle import BundleMeta
 from seqenc.compat.lineage import Lineage, select_space
 from seqenc.compat.parent_map import ParentMap
+from seqenc.errors import SeqencError
 from seqenc.model.head import SupervisedHead
 
 
@@ -50,6 +51,22 @@ class Embeddings:
 def embedding_type(dim: int) -> pa.DataType:
     """``fixed_size_list<float32>[dim]``: one embedding per row."""
     return pa.list_(pa.float32(), dim)
+
+
+def check_finite(values: np.ndarray, what: str, model: str) -> np.ndarray:
+    """``values`` (one row per entity), refused when one is NaN or infinite: finite weights can
+    still overflow (huge ones, a regression head's scale), and a NaN passed on is a wrong result
+    downstream; the message names the bundle ``model``."""
+    if not values.size:  # no entity (all skipped)
+        return values
+    bad = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
+    if bad.any():
+        raise SeqencError(
+            f"bundle {model!r} gave non-finite {what} for {int(bad.sum())} of {len(values)} "
+            f"entities (first at row {int(np.argmax(bad))}): its weights overflow on these "
+            "events; check or retrain the bundle"
+        )
+    return values
 
 
 def prediction_fields(head: SupervisedHead | None) -> list[tuple[str, pa.DataType]]:
@@ -132,13 +149,15 @@ class LastStep:
     """The last step of every encode, resolved once per call: the head (a CPU copy) predicts on
     the bundle's own embeddings, then ``to_parent`` maps them into the space asked for;
     ``metadata`` names the model, ``as_of`` and the space written (``space``: the part of it
-    that names the space), ``dim`` its size."""
+    that names the space), ``dim`` its size; ``model`` (the bundle's name) is named when an
+    embedding or a prediction is not finite (:func:`check_finite`)."""
 
     head: SupervisedHead | None
     to_parent: ParentMap | None
     metadata: dict[str, str]
     space: dict[str, str]
     dim: int
+    model: str = ""
 
     @classmethod
     def of(
@@ -154,15 +173,17 @@ class LastStep:
         to_parent, space_metadata = select_space(meta, lineage, space, parent)
         metadata = file_metadata(meta, as_of) | space_metadata
         head = None if head is None else copy.deepcopy(head).cpu().eval()
-        return cls(head, to_parent, metadata, space_metadata, int(metadata["seqenc.dim"]))
+        dim = int(metadata["seqenc.dim"])
+        return cls(head, to_parent, metadata, space_metadata, dim, meta.name)
 
     @torch.inference_mode()
     def __call__(self, keys: pa.Table, native: np.ndarray, rows: np.ndarray | None = None) -> Chunk:
         """The chunk of the entities ``keys`` whose own embeddings are ``native``."""
+        check_finite(native, "embeddings", self.model)
         predictions = None
         if self.head is not None:
             scores = self.head(torch.from_numpy(np.asarray(native, dtype=np.float32)))
-            predictions = self.head.predict(scores).numpy()
+            predictions = check_finite(self.head.predict(scores).numpy(), "predictions", self.model)
         out = native if self.to_parent is None else self.to_parent.apply(native)
         return Chunk(keys, np.asarray(out, dtype=np.float32), predictions, rows)
 

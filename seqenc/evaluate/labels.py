@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc.data.events import check_column_names
+from seqenc.data.labels import standardise
 from seqenc.errors import SeqencError
 
 
@@ -67,6 +68,14 @@ def _check_finite(values: pd.Series, label_column: str) -> None:
             f"label column {label_column!r} holds {numbers[row]} at row {row} (0-based): a label "
             "must be finite"
         )
+
+
+def regression_targets(y: np.ndarray) -> np.ndarray:
+    """``y`` as float64 regression targets: finite, not constant (R² is then undefined) and within
+    float64 (:func:`~seqenc.data.labels.standardise`), else one line."""
+    numbers = y.astype(np.float64)
+    standardise(numbers, "labels")
+    return numbers
 
 
 def describe(counts: dict[str, int]) -> str:

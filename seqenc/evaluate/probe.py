@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc.errors import SeqencError
-from seqenc.evaluate.labels import label_rows
+from seqenc.evaluate.labels import label_rows, regression_targets
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
 Model = Literal["linear", "trees"]
@@ -261,7 +261,7 @@ def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, l
     """Regression targets as floats; classes as codes 0..k-1 (sorted) with the class list, each
     class needing a row in every fold."""
     if task == "regression":
-        return y.astype(float), []
+        return regression_targets(y), []
     codes, uniques = pd.factorize(y, sort=True)
     classes = list(uniques)
     counts = np.bincount(codes)

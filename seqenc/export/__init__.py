@@ -22,6 +22,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
+from seqenc.bundle import bundle_inputs
 from seqenc.data.paths import expand_paths, would_read
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.encoding import EncodeOptions, last_step, load_on
@@ -93,7 +94,8 @@ def export_embeddings(
     bundle = load_on(model, "cpu", options)  # moved to each rank's device once it has one
     last = last_step(bundle, options)  # a space without a map is refused before any work
     trainer = _trainer(run, on_cpu_only=options.backend != "torch")
-    output, scratch = _target(output, trainer.world_size)
+    read = [*files, *bundle_inputs(model), *([options.onnx] if options.onnx else [])]
+    output, scratch = _target(output, trainer.world_size, read)
     datamodule = ExportDataModule(files, bundle, options, scratch, run)
     writer = ParquetPredictionWriter(output, scratch, last, run.row_group_size, run.progress)
     trainer.callbacks.append(writer)
@@ -117,18 +119,22 @@ def _predict(
     try:
         with sigterm_raises(), warnings.catch_warnings():  # batches carry their own indices
             warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+            warnings.filterwarnings(
+                "ignore", message=".*LeafSpec.* is deprecated"
+            )  # Lightning's own
             trainer.predict(module, datamodule=datamodule, return_predictions=False)
     finally:
         scratch.release()
 
 
-def _target(output: str | Path, world_size: int) -> tuple[Path, Scratch]:
+def _target(output: str | Path, world_size: int, inputs: list[Path]) -> tuple[Path, Scratch]:
     """The output and its scratch: one process writes the file ``output``; several write shards
-    into the directory."""
+    into the directory; neither may be one of ``inputs``."""
     if world_size == 1:
-        output = file_target(output)
+        output = file_target(output, inputs)
     else:
-        output = directory_target(output, _only_shards, "a directory of part-*.parquet shards")
+        shards = "a directory of part-*.parquet shards"
+        output = directory_target(output, _only_shards, shards, inputs)
     return output, Scratch(output)
 
 

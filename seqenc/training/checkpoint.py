@@ -70,4 +70,6 @@ def bundle_from_checkpoint(
         objective = ckpt["hyper_parameters"]["objective"]
     except (TypeError, KeyError, RuntimeError, ValueError, SeqencError) as e:
         raise SeqencError(f"checkpoint {str(ckpt_path)!r} is not a usable seqenc model: {e}") from e
-    return save_bundle(output_dir, encoder, spec, objective=objective, name=name)
+    return save_bundle(
+        output_dir, encoder, spec, objective=objective, name=name, inputs=[ckpt_path]
+    )

@@ -82,14 +82,17 @@ class RankingMetrics(Metric):
     def half_widths(self) -> dict[str, float]:
         """Half-width of each metric's confidence interval at the 0.95 level over the evaluated targets
         (normal approximation of a mean: 1.96 standard errors). Under DDP the states are summed
-        over the processes first, as :meth:`compute` does, so every process must call it."""
+        over the processes first, as :meth:`compute` does, so every process must call it. Fewer
+        than two targets have no interval: none is returned."""
         with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self.sync_on_compute):
-            n = max(int(self.count), 1)
+            n = int(self.count)
             out = {}
+            if n < 2:
+                return out
             for name in self.names:
                 mean = float(getattr(self, f"sum_{name}")) / n
                 variance = max(float(getattr(self, f"sq_{name}")) / n - mean**2, 0.0)
-                out[name] = 1.96 * math.sqrt(variance / max(n - 1, 1))
+                out[name] = 1.96 * math.sqrt(variance / (n - 1))
         return out
 
 

@@ -3,13 +3,19 @@ data, the options that would be ignored refused, and which options a resumed run
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import asdict, fields, replace
 from typing import Any
 
+from seqenc.data.bounds import check_count
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
+from seqenc.model.batch import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig
+from seqenc.model.losses import LOSSES, MATMUL_DTYPES
 from seqenc.model.objectives import Causal, Masked
+from seqenc.model.sampled import SAMPLERS
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
 # From this many real items on, ``loss: auto`` trains with the sampled softmax. Below it the exact
@@ -170,6 +176,47 @@ def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
     )
 
 
+def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
+    """Refuse, in one line, ``model.loss_options`` the loss does not take or cannot use: a count
+    is a whole number from 1, negatives at most the catalogue's items (the other items for the
+    binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` a
+    number in [0, 1] (``generator`` and ``proposal`` are the run's own)."""
+    if loss not in LOSSES:
+        raise SeqencError(f"model.loss must be auto or one of {sorted(LOSSES)}, got {loss!r}")
+    if given is None:
+        return
+    if not isinstance(given, dict):
+        raise SeqencError(f"model.loss_options must be a mapping, got {given!r}")
+    taken = set(inspect.signature(LOSSES[loss]).parameters) - {"hidden", "weight", "targets"}
+    unknown = sorted(set(given) - (taken - {"generator", "proposal"}))
+    if unknown:
+        raise SeqencError(
+            f"model.loss_options {unknown} are not options of loss {loss!r}; it takes "
+            f"{sorted(taken - {'generator', 'proposal'})}"
+        )
+    most = {"n_negatives": n_real_items - (loss != "sampled_softmax"), "chunk_size": None}
+    for name, value in given.items():
+        where = f"model.loss_options.{name}"
+        if name in most:
+            check_count(value, where)
+            if most[name] is not None and value > most[name]:
+                raise SeqencError(
+                    f"{where} is {value}, more than the {most[name]:,} items it can draw from "
+                    f"(the data's catalogue: {n_real_items:,} items)"
+                )
+        elif name == "sampler" and value not in SAMPLERS:
+            raise SeqencError(f"{where} must be one of {SAMPLERS}, got {value!r}")
+        elif name == "t" and not (_real(value) and 0 <= value <= 1):
+            raise SeqencError(f"{where} must be a number in [0, 1], got {value!r}")
+        elif name == "matmul_dtype" and value is not None and value not in MATMUL_DTYPES:
+            raise SeqencError(f"{where} must be one of {sorted(MATMUL_DTYPES)}, got {value!r}")
+
+
+def _real(value: object) -> bool:
+    """A real number (not a bool, not text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
     """Refuse, in one line, an option that would be ignored or that cannot train."""
     if encoder.recency:
@@ -188,6 +235,15 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
         )
+    check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
+    lr, decay = options["lr"], options["weight_decay"]
+    if not (_real(lr) and lr >= 0 and _real(decay) and decay >= 0):
+        raise SeqencError(
+            f"model.lr and model.weight_decay must be finite numbers >= 0, got {lr!r} and {decay!r}"
+        )
+    check_count(options["warmup_steps"], "model.warmup_steps", low=0)
+    for k in options["ks"]:
+        check_count(k, "model.ks (each a cut-off >= 1)")
     masking = [
         k
         for k in ("mask_prob", "replace_rule", "mask_last_prob")
