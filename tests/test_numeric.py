@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from seqenc.data.lengths import MAX_AUTO_HISTORY, auto_history_len
 from seqenc.data.numeric import MIN_SCALE_SHARE, PRIOR_EVENTS, item_statistics, signed_log
-from seqenc.data.sequences import MAX_AUTO_HISTORY, auto_history_len
 from seqenc.model.batch import Batch
 from seqenc.model.embeddings import Z_CLIP, TokenEmbedding
 

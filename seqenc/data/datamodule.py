@@ -25,14 +25,13 @@ from seqenc.data.labels import (
     labelled_view,
     read_labels,
 )
+from seqenc.data.lengths import auto_history_len, check_history_len
 from seqenc.data.loaders import load_dataset
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
     SequenceStore,
-    auto_history_len,
     build_sequences,
-    check_history_len,
     fit_catalogue,
     repeat_share,
     require_known_items,
@@ -68,7 +67,7 @@ class SequenceDataModule(pl.LightningDataModule):
         history_len: events per history fed to the model (the newest ones). A training sample
             holds :attr:`window_len` events: a history and the event that follows it, which the
             objective turns into inputs and labels (:mod:`seqenc.model.objectives`). ``"auto"``:
-            from the log's lengths (:func:`~seqenc.data.sequences.auto_history_len`: whole
+            from the log's lengths (:func:`~seqenc.data.lengths.auto_history_len`: whole
             histories up to 512 events; printed), for entity tasks (labels, account embeddings).
         min_len: entities with fewer events are left out of the splits.
         min_item_count: items seen fewer times are left out of the vocabulary (into buckets).
