@@ -146,6 +146,15 @@ def test_the_normaliser_is_the_logsumexp_of_every_logit(monkeypatch):
     )
 
 
+def test_the_normaliser_keeps_its_gradient(monkeypatch):
+    monkeypatch.setattr(ranking, "PASS_ELEMENTS", 256 * 16)
+    s = crowded_scorer(0.3)
+    s.state.requires_grad_(True)
+    (got,) = torch.autograd.grad(s.log_normaliser().sum(), s.state)
+    (want,) = torch.autograd.grad(torch.logsumexp(s.state @ s.weight[3:].T, 1).sum(), s.state)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_the_least_clearing_logit_clears_and_the_float_below_it_does_not():
     gen = torch.Generator().manual_seed(2)
     floor = torch.randn(2000, generator=gen) * 20

@@ -66,11 +66,13 @@ class NextItemScorer:
         self, start: int, stop: int, state: Tensor | None = None, buffer: Tensor | None = None
     ) -> Tensor:
         """``[B, stop - start]`` catalogue logits of ``state`` (default :attr:`state`), written
-        into the front of ``buffer`` (flat float32) when given; special ids ``-inf``."""
+        into the front of ``buffer`` (flat float32) when given, unless autograd is recording
+        them (it cannot write into a buffer); special ids ``-inf``."""
         state = self.state if state is None else state
         with torch.autocast(state.device.type, enabled=False):  # scores stay float32
             weight = self.weight[start:stop].float()
-            if buffer is None:
+            recording = torch.is_grad_enabled() and (state.requires_grad or weight.requires_grad)
+            if buffer is None or recording:
                 logits = state @ weight.T
             else:
                 out = buffer[: len(state) * len(weight)].view(len(state), len(weight))
@@ -97,7 +99,7 @@ class NextItemScorer:
                 logits = self._logits(start, stop, state, buffer)
                 # a row of -inf (nothing to score) keeps a finite peak: its sum is then 0, not nan
                 peak = logits.amax(1, keepdim=True).clamp(min=torch.finfo(torch.float32).min)
-                sums.append(logits.sub_(peak).exp2_().sum(1))
+                sums.append(torch.exp2(logits - peak).sum(1))
                 peaks.append(peak[:, 0])
             peak = torch.stack(peaks, 1)
             top = peak.amax(1, keepdim=True)
