@@ -239,7 +239,7 @@ def table(rows: list[dict], compare: bool) -> list[str]:
         + ("seqenc | " if compare else "")
         + "s/step | events/s | × rate of fewest items | test s | matmul GFLOP/s | bound s "
         "| test ÷ bound | catalogue matmuls alone s | test ÷ matmuls alone | peak RSS GB |",
-        "|---:|---:|---:|---|" + ("---|" if compare else "") + "---:|" * 11,
+        "|---:|---:|---:|---|" + ("---|" if compare else "") + "---:|" * 10,
     ]
     base = {}
     for row in rows:
