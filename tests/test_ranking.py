@@ -85,7 +85,7 @@ def crowded_scorer(gate: float | None) -> NextItemScorer:
     mass = torch.softmax(torch.randn(b, 2 * L, generator=gen), dim=1)
     mass[:, -1] = 0.0  # padding: never copied
     g = torch.full((b,), gate)
-    g[0], g[1] = 0.0, 1.0  # the catalogue alone, the copy alone
+    g[0], g[3] = 0.0, 1.0  # the catalogue alone; the copy alone (row 3's target is a repeat)
     return NextItemScorer(
         state, weight, items, mass, g.log(), (1 - g).log(), seen=torch.tensor([[0, 1], [5, 20]])
     )
@@ -110,6 +110,8 @@ def test_ranks_count_the_items_the_dense_scores_count(monkeypatch, gate):
     assert s.target_ranks(target).tolist() == want.tolist()
     assert want[1] == torch.inf  # the seen target
     assert (want[2:].isfinite()).all() and want[2:].max() > 100
+    if gate is not None:
+        assert want[3] < 2 * L  # the copy alone: only the history's items can be ahead
 
 
 def test_an_item_outside_the_history_counts_by_its_shifted_score_to_the_float(monkeypatch):
@@ -139,7 +141,7 @@ def test_an_item_outside_the_history_counts_by_its_shifted_score_to_the_float(mo
 def test_the_normaliser_is_the_logsumexp_of_every_logit(monkeypatch):
     monkeypatch.setattr(ranking, "PASS_ELEMENTS", 256 * 16)
     s = crowded_scorer(0.3)
-    s.state[2] *= 100.0  # one item far ahead of the rest
+    s.state[2] *= 100.0  # a row of logits spread far apart: each span's own peak must hold
     logits = (s.state.double() @ s.weight.double().T)[:, 3:]
     torch.testing.assert_close(
         s.log_normaliser().double(), torch.logsumexp(logits, 1), rtol=1e-6, atol=1e-6
