@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scale.py [--events 1e6 1e7] [--items 5000 300000 3000000] [--steps 20]
     python benchmarks/bench_scale.py --crossover [--items 2000 5000 10000 20000 50000]
+    python benchmarks/bench_scale.py --events 2e6 --items 300000 --steps 5 --compare DIR
 
 The log (:func:`write_log`): log-normal history lengths (median 8 events, mean about 20), items
 drawn from a Zipf law over the catalogue (exponent 1.05), 30 % of events repeat the entity's
@@ -13,10 +14,15 @@ data as ``seqenc fit --config configs/clicks.yaml --data.history_len 64`` would,
 defaults (``model.loss: auto``). It times ``--steps`` training steps after two untimed ones (the
 module's training step, backward, clipping, the optimiser: what ``fit`` runs per step), then the
 full-ranking test of every entity (or ``--test-entities`` of them), and reports s/step, events/s,
-test time against its matmul bound (entities x items x d x 2 flops at the measured fp32 rate; two
-passes with the repeat head) and peak RSS. Ratios are to the row with the fewest items at the same
-event count. ``--crossover`` times ``ce`` against ``sampled_softmax`` per catalogue size (the
-threshold of ``loss: auto``). Writes ``benchmarks/results/scale.md`` (``scale_crossover.md``).
+the test's time against its matmul bound and peak RSS. The bound is entities x items x d x 2
+flops at the fp32 matmul rate measured in the cell's process just before and after its test (two
+passes with the repeat head: its normaliser's and the rank's); beside it, the time of those
+chunked catalogue matmuls alone at the test's shapes (timed between the test's batches, scaled to
+every entity). Ratios are to the row with the fewest items at the same event count. ``--compare DIR``
+runs every cell a second time, interleaved, with ``seqenc`` imported from ``DIR`` (e.g. an older
+revision: ``git archive REV seqenc | tar -x -C DIR``). ``--crossover`` times ``ce`` against
+``sampled_softmax`` per catalogue size (the threshold of ``loss: auto``). Writes
+``benchmarks/results/scale.md`` (``scale_crossover.md``).
 """
 
 from __future__ import annotations
@@ -118,20 +124,42 @@ def train_steps(model, data, steps: int) -> tuple[float, int]:
     return spent, events
 
 
-def test_time(model, data, limit: int | None) -> tuple[float, int]:
-    """(seconds, entities) of the full-ranking test over every entity (or the first ``limit``)."""
+def test_time(model, data, limit: int | None) -> tuple[float, int, float]:
+    """(seconds, entities, alone) of the full-ranking test over every entity (or the first
+    ``limit``); ``alone``: what its catalogue matmuls alone take (:func:`bare_matmuls`), timed
+    after every fourth batch on that batch's size (so under the same load) and scaled."""
     from seqenc.training.metrics import RankingMetrics
 
     model.eval()
-    metrics, entities = RankingMetrics(), 0
-    start = time.perf_counter()
+    weight = model.encoder.item_embedding.weight.detach().float()
+    passes = 2 if model.encoder.repeat is not None else 1
+    metrics, entities, spent, alone, timed = RankingMetrics(), 0, 0.0, 0.0, 0
     with torch.no_grad():
-        for batch in data.test_dataloader():
+        for i, batch in enumerate(data.test_dataloader()):
+            start = time.perf_counter()
             model._evaluate(batch, metrics)
+            spent += time.perf_counter() - start
             entities += len(batch)
+            if i % 4 == 0:
+                alone += bare_matmuls(weight, len(batch), passes)
+                timed += len(batch)
             if limit and entities >= limit:
                 break
-    return time.perf_counter() - start, entities
+    return spent, entities, alone * entities / timed
+
+
+def bare_matmuls(weight: torch.Tensor, rows: int, passes: int) -> float:
+    """Seconds that ``passes`` chunked catalogue matmuls alone take for one batch of ``rows``
+    states: spans of 2**19 scores written into one reused buffer, as the scorer's passes."""
+    state = torch.randn(rows, weight.shape[1])
+    step = max(256, 2**19 // rows)
+    buffer = torch.empty(rows * step)
+    start = time.perf_counter()
+    for _ in range(passes):
+        for first in range(0, len(weight), step):
+            chunk = weight[first : first + step]
+            torch.mm(state, chunk.T, out=buffer[: rows * len(chunk)].view(rows, len(chunk)))
+    return time.perf_counter() - start
 
 
 def run_cell(args: argparse.Namespace) -> dict:
@@ -154,29 +182,45 @@ def run_cell(args: argparse.Namespace) -> dict:
     }
     if not args.no_test:
         data.setup("test")
-        seconds, entities = test_time(model, data, args.test_entities)
+        rate = matmul_gflops()
+        seconds, entities, bare = test_time(model, data, args.test_entities)
+        rate = (rate + matmul_gflops()) / 2
         passes = 2 if model.encoder.repeat is not None else 1
         flops = passes * entities * model.config.n_items * model.config.d_model * 2
-        record |= {"test_s": seconds, "test_entities": entities, "test_flop": flops}
+        record |= {
+            "test_s": seconds,
+            "test_entities": entities,
+            "test_flop": flops,
+            "gflops": rate,
+            "bound_s": flops / (rate * 1e9),
+            "bare_s": bare,
+        }
     record["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return record
 
 
-def run_grid(cells: list[tuple[int, int, list[str]]], args: argparse.Namespace) -> list[dict]:
-    """Each cell in a fresh process; ``--repeats`` rounds, interleaved; medians per cell."""
+def run_grid(
+    cells: list[tuple[int, int, list[str], Path | None]], args: argparse.Namespace
+) -> list[dict]:
+    """Each cell in a fresh process (``seqenc`` from the cell's tree, if any, else this one's);
+    ``--repeats`` rounds, interleaved; medians per cell."""
     runs: dict[int, list[dict]] = {}
     for _ in range(args.repeats):
-        for i, (n_events, n_items, extra) in enumerate(cells):
+        for i, (n_events, n_items, extra, tree) in enumerate(cells):
             command = [sys.executable, __file__, "--cell", str(n_events), str(n_items)]
+            env = dict(os.environ)
+            if tree:
+                env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
             command += ["--steps", str(args.steps), "--data", str(args.data)]
             command += ["--no-test"] if args.no_test else []
             if args.test_entities:
                 command += ["--test-entities", str(args.test_entities)]
             command += ["--extra", *extra] if extra else []
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
             if done.returncode != 0:
                 sys.exit(f"cell {n_events} x {n_items} failed: {done.stderr.strip()[-2000:]}")
-            runs.setdefault(i, []).append(json.loads(done.stdout.strip().splitlines()[-1]))
+            record = json.loads(done.stdout.strip().splitlines()[-1])
+            runs.setdefault(i, []).append(record | {"seqenc": tree.name if tree else "this tree"})
             print(runs[i][-1], flush=True)
     medians = []
     for i, records in sorted(runs.items()):
@@ -189,26 +233,32 @@ def run_grid(cells: list[tuple[int, int, list[str]]], args: argparse.Namespace) 
     return medians
 
 
-def table(rows: list[dict], gflops: float) -> list[str]:
+def table(rows: list[dict], compare: bool) -> list[str]:
     lines = [
-        "| events | catalogue | items in the log | loss | s/step | events/s | × rate of fewest items "
-        "| test s | test ÷ matmul bound | peak RSS GB |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| events | catalogue | items in the log | loss | "
+        + ("seqenc | " if compare else "")
+        + "s/step | events/s | × rate of fewest items | test s | matmul GFLOP/s | bound s "
+        "| test ÷ bound | catalogue matmuls alone s | test ÷ matmuls alone | peak RSS GB |",
+        "|---:|---:|---:|---|" + ("---|" if compare else "") + "---:|" * 10,
     ]
     base = {}
     for row in rows:
-        base.setdefault((row["events"], row["extra"]), row)
-        ref = base[(row["events"], row["extra"])]
-        test = bound = "—"
+        base.setdefault((row["events"], row["extra"], row["seqenc"]), row)
+        ref = base[(row["events"], row["extra"], row["seqenc"])]
+        test = "— | — | — | — | — | —"
         if "test_s" in row:
-            test = f"{row['test_s']:.1f} ({row['test_entities']:,} entities)"
-            bound = f"{row['test_s'] / (row['test_flop'] / (gflops * 1e9)):.2f}"
+            test = (
+                f"{row['test_s']:.1f} ({row['test_entities']:,} entities) | {row['gflops']:.0f} | "
+                f"{row['bound_s']:.1f} | {row['test_s'] / row['bound_s']:.2f} | "
+                f"{row['bare_s']:.1f} | {row['test_s'] / row['bare_s']:.2f}"
+            )
         loss = row["loss"] + (f" ({row['extra']})" if row["extra"] else "")
+        tree = f"{row['seqenc']} | " if compare else ""
         lines.append(
-            f"| {row['events']:,} | {row['items']:,} | {row['vocabulary']:,} | {loss} | "
+            f"| {row['events']:,} | {row['items']:,} | {row['vocabulary']:,} | {loss} | {tree}"
             f"{row['s_per_step']:.3f} | "
             f"{row['events_per_s']:,.0f} | {row['events_per_s'] / ref['events_per_s']:.2f} | "
-            f"{test} | {bound} | {row['peak_rss_gb']:.2f} |"
+            f"{test} | {row['peak_rss_gb']:.2f} |"
         )
     return lines
 
@@ -222,6 +272,7 @@ def main() -> int:
     parser.add_argument("--test-entities", type=int, default=None)
     parser.add_argument("--no-test", action="store_true")
     parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--compare", type=Path, default=None, help="another seqenc tree")
     parser.add_argument("--data", type=Path, default=ROOT / "runs/scale_data")
     parser.add_argument("--cell", type=int, nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help=argparse.SUPPRESS)
@@ -233,10 +284,11 @@ def main() -> int:
     gflops = matmul_gflops()
     if args.crossover:
         losses = [["--model.loss", "ce"], ["--model.loss", "sampled_softmax"]]
-        cells = [(int(e), i, x) for e in args.events for x in losses for i in args.items]
+        cells = [(int(e), i, x, None) for e in args.events for x in losses for i in args.items]
         args.no_test = True
     else:
-        cells = [(int(e), i, []) for e in args.events for i in args.items]
+        trees = [args.compare.resolve(), None] if args.compare else [None]
+        cells = [(int(e), i, [], t) for e in args.events for i in args.items for t in trees]
     rows = run_grid(cells, args)
     gflops = (gflops + matmul_gflops()) / 2
     name = "scale_crossover.md" if args.crossover else "scale.md"
@@ -249,7 +301,7 @@ def main() -> int:
         f"{torch.get_num_threads()} threads, fp32 matmul {gflops:.0f} GFLOP/s, "
         f"median of {args.repeats} run(s), {args.steps} timed steps each.",
         "",
-        *table(rows, gflops),
+        *table(rows, args.compare is not None),
         "",
     ]
     write_text(out, "\n".join(lines))
