@@ -28,24 +28,15 @@ N_ITEMS, HISTORY = 2000, 512
 
 
 def make(work: Path, entities: int) -> None:
-    """Events and a random-weights bundle (d=128, 2 layers), with the tree first on sys.path.
-    Written against the API before issue 30 (``max_len``), which that tree has."""
-    import torch
-
-    from seqenc.bundle import save_bundle
+    """Events and a random-weights bundle (d=128, 2 layers), with the tree first on sys.path
+    (:func:`seqenc.testing.random_bundle`, which both trees have)."""
     from seqenc.data.schema import EventSchema
-    from seqenc.data.sequences import build_sequences
-    from seqenc.data.spec import DataSpec
     from seqenc.data.synthetic import generate_events
-    from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+    from seqenc.testing import random_bundle
 
-    torch.manual_seed(0)
     events = generate_events(entities, N_ITEMS, seed=0)
     events.to_parquet(work / "events.parquet")
-    _, vocabs = build_sequences(events, EventSchema(), max_len=HISTORY)
-    config = EncoderConfig(n_items=len(vocabs.item), d_model=128, max_len=HISTORY + 1)
-    spec = DataSpec(EventSchema(), vocabs, HISTORY)
-    save_bundle(work / "bundle", SequenceEncoder(config), spec)
+    random_bundle(work / "bundle", events, EventSchema(), HISTORY, d_model=128)
 
 
 def timed(work: Path, repeats: int) -> None:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from seqenc.bundle import BundleMeta, load_bundle
@@ -133,14 +132,16 @@ class Encoding:
                 yield self.last(entity_columns(store, rows, history_len), embeddings, rows)
             del store, batches
 
+    @torch.inference_mode()
     def whole(self, events: Source) -> Chunk:
-        """Every entity of ``events`` in one chunk, in ascending id order (the store's)."""
-        chunks = list(self.chunks([events]))
-        rows = np.concatenate([c.rows for c in chunks])
-        order = np.argsort(rows, kind="stable")
-        keys = pa.concat_tables([c.keys for c in chunks]).take(order)
-        embeddings = np.concatenate([c.embeddings for c in chunks])[order]
-        predictions = None
-        if chunks[0].predictions is not None:
-            predictions = np.concatenate([c.predictions for c in chunks])[order]
-        return Chunk(keys, embeddings, predictions, rows[order])
+        """Every entity of ``events`` in one chunk, in ascending id order (the store's): the
+        batches' embeddings scattered into place, then one last step for all of them."""
+        history_len, dim = self.bundle.meta.history_len, self.bundle.meta.dim
+        store = next(self.stores([events], history_len))
+        native = np.zeros((len(store), dim), dtype=np.float32)
+        for rows, embeddings in embed_batches(
+            store, self.bundle.backend, history_len, self.options
+        ):
+            native[rows] = embeddings
+        rows = np.arange(len(store), dtype=np.int64)
+        return self.last(entity_columns(store, rows, history_len), native, rows)
