@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqenc.data.bounds import VocabBounds
+from seqenc.data.columns import epoch_seconds
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
@@ -279,3 +280,26 @@ def test_require_trainable_names_min_len():
     store, _ = build_sequences(df.iloc[1:])  # three events: nothing left to train on
     with pytest.raises(SeqencError, match=r"fewer than 4 events \(min_len=3.*longest has 3"):
         require_trainable(store, 3)
+
+
+@pytest.mark.parametrize("unit", ["ns", "us"])
+@pytest.mark.parametrize("form", ["frame", "parquet", "iso text"])
+def test_as_of_cuts_at_integer_ticks(tmp_path, unit, form):
+    """An event a nanosecond (or microsecond) after ``as_of`` is out, though its float seconds
+    equal ``as_of``'s; one at ``as_of`` is in (float seconds alone keep both)."""
+    as_of = pd.Timestamp("2024-03-01 12:00:00.123456789")
+    step = pd.Timedelta(1, unit)
+    times = [as_of - 5 * step, as_of.floor(unit), as_of.floor(unit) + step]
+    events = pd.DataFrame({"entity_id": [1, 1, 1], "item_id": [10, 11, 12]})
+    events["timestamp"] = pd.Series(times).astype(f"datetime64[{unit}]")
+    source: object = events
+    if form == "parquet":
+        events.to_parquet(tmp_path / "e.parquet")
+        source = str(tmp_path / "e.parquet")
+    elif form == "iso text":
+        source = events.assign(timestamp=events["timestamp"].map(lambda t: t.isoformat()))
+    seconds = epoch_seconds(as_of)
+    assert epoch_seconds(times[2]) - seconds < 1e-6  # the floats cannot tell them apart
+    store, vocabs = build_sequences(source, EventSchema(), as_of=as_of)
+    kept = vocabs.item.decode(store.items)
+    assert list(kept) == [10, 11]

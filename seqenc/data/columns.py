@@ -40,9 +40,19 @@ def as_text(col: pa.ChunkedArray) -> pa.ChunkedArray:
     return col.cast(pa.large_string())
 
 
-def normalize_table(table: pa.Table, schema: EventSchema, offset: int = 0) -> pa.Table:
-    """The schema's columns of one block, typed as :func:`~seqenc.data.events.read_events` says."""
-    return pa.table({name: _normalize(table, name, schema, offset) for name in schema.columns})
+def normalize_table(
+    table: pa.Table, schema: EventSchema, offset: int = 0, until: object = None
+) -> pa.Table:
+    """The schema's columns of one block, typed as :func:`~seqenc.data.events.read_events` says;
+    with ``until``, only the rows at or before it (:func:`at_or_before`, exact for instants)."""
+    out = pa.table({name: _normalize(table, name, schema, offset) for name in schema.columns})
+    if until is None:
+        return out
+    col = table[schema.timestamp]
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    seconds, ticks = _epoch(table, schema.timestamp, col, offset)
+    return out.filter(pa.array(at_or_before(seconds.to_numpy(), ticks, until)))
 
 
 def _bad_row(table: pa.Table, name: str, mask, problem: str, offset: int) -> SeqencError:
@@ -213,6 +223,17 @@ def _unit_hint(values: np.ndarray) -> str:
 def _to_epoch_seconds(
     table: pa.Table, name: str, col: pa.ChunkedArray, offset: int
 ) -> pa.ChunkedArray:
+    return _epoch(table, name, col, offset)[0]
+
+
+Ticks = tuple[np.ndarray, int]  # int64 ticks since the epoch (UTC) and ticks per second
+
+
+def _epoch(
+    table: pa.Table, name: str, col: pa.ChunkedArray, offset: int
+) -> tuple[pa.ChunkedArray, Ticks | None]:
+    """The column as float epoch seconds, and for instants (datetimes, dates, ISO text) their
+    exact integer ticks too (numbers are seconds already: ``None``)."""
     if col.null_count:
         raise _bad_row(table, name, pc.is_null(col), "null/NaT timestamp", offset)
     if is_text(col.type):
@@ -222,7 +243,8 @@ def _to_epoch_seconds(
             col = _parse_iso(table, name, col, offset)
     t = col.type
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
-        return pa.chunked_array([_seconds(*_ticks(col))])
+        ticks = _ticks(col)
+        return pa.chunked_array([_seconds(*ticks)]), ticks
     values = None if pa.types.is_boolean(t) else _numbers(col)
     if values is None:
         raise SeqencError(
@@ -233,7 +255,20 @@ def _to_epoch_seconds(
     too_big = np.abs(values) > MAX_EPOCH_SECONDS
     if too_big.any():
         raise _bad_row(table, name, too_big, _unit_hint(values[too_big]), offset)
-    return pa.chunked_array([values])
+    return pa.chunked_array([values]), None
+
+
+def at_or_before(seconds: np.ndarray, ticks: Ticks | None, until: object) -> np.ndarray:
+    """Which times are at or before ``until`` (an ``as_of``): exactly on integer ticks when both
+    are instants (so an event a nanosecond after ``as_of`` is out, though its float seconds may
+    equal ``as_of``'s), else on float seconds."""
+    instant = instant_ticks(until)
+    if ticks is None or instant is None:
+        return np.asarray(seconds) <= epoch_seconds(until)
+    (values, per_second), (limit, limit_per_second) = ticks, instant
+    if limit_per_second >= per_second:  # t / p <= a / q  <=>  t <= floor(a / (q / p))
+        return values <= limit // (limit_per_second // per_second)
+    return values <= min(limit * (per_second // limit_per_second), np.iinfo(np.int64).max)
 
 
 def _parse_iso(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> pa.ChunkedArray:
@@ -261,8 +296,9 @@ def epoch_seconds(value: object) -> float:
     command line passes them), read as epoch **seconds**; a number above 1e11 is refused as
     probable milliseconds. An instant gives exactly the float its timestamp column value gives.
     """
-    if isinstance(value, (bool, np.bool_)):
-        raise SeqencError(f"cannot read {value!r} as a point in time")
+    instant = instant_ticks(value)
+    if instant is not None:
+        return float(_seconds(np.array([instant[0]]), instant[1])[0])
     number = value
     if isinstance(value, str):
         try:
@@ -278,7 +314,23 @@ def epoch_seconds(value: object) -> float:
             raise SeqencError(f"time must be finite, got {value!r}")
         if abs(number) > MAX_EPOCH_SECONDS:
             raise SeqencError(f"time {value!r}: {_unit_hint(np.array([float(number)]))}")
-        return float(number)
+    return float(number)
+
+
+def instant_ticks(value: object) -> tuple[int, int] | None:
+    """A point in time given as an instant (datetime, ``pd.Timestamp``, ``np.datetime64``, ISO
+    text; naive values are UTC) → ``(ticks since the epoch, ticks per second)`` in its own unit;
+    ``None`` for a number or numeric text (epoch seconds, see :func:`epoch_seconds`)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise SeqencError(f"cannot read {value!r} as a point in time")
+    if isinstance(value, (numbers.Real, decimal.Decimal)):
+        return None
+    if isinstance(value, str):
+        try:
+            float(value)
+            return None
+        except ValueError:
+            pass
     try:
         ts = pd.Timestamp(value)
     except (TypeError, ValueError, OverflowError) as e:
@@ -289,7 +341,7 @@ def epoch_seconds(value: object) -> float:
         ts = ts.tz_convert("UTC").tz_localize(None)
     ticks = ts.asm8  # numpy datetime64 in the Timestamp's own unit: no overflow up to 9999
     unit = np.datetime_data(ticks.dtype)[0]
-    return float(_seconds(np.array([ticks.astype(np.int64)]), _TICKS_PER_SECOND[unit])[0])
+    return int(ticks.astype(np.int64)), _TICKS_PER_SECOND[unit]
 
 
 def epoch_column(values: pd.Series, name: str) -> np.ndarray:

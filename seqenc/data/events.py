@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from seqenc.data.columns import epoch_seconds, is_text, normalize_table
+from seqenc.data.columns import at_or_before, epoch_seconds, is_text, normalize_table
 from seqenc.data.hashing import Shard
 from seqenc.data.paths import PARQUET_SUFFIXES, expand_paths
 from seqenc.data.schema import EventSchema
@@ -55,7 +55,10 @@ Source = pd.DataFrame | pa.Table | Events | str | Path | Sequence[str | Path]
 
 
 def read_events(
-    source: Source, schema: EventSchema = DEFAULT_SCHEMA, shard: Shard | None = None
+    source: Source,
+    schema: EventSchema = DEFAULT_SCHEMA,
+    shard: Shard | None = None,
+    until: object = None,
 ) -> pa.Table:
     """Read the schema's columns of an event log into a typed Arrow table.
 
@@ -68,6 +71,9 @@ def read_events(
         shard: keep only this shard's entities (:class:`~seqenc.data.hashing.Shard`); files are
             filtered block by block, so memory holds the shard's events only. Column types are
             still decided by the whole input, so every shard types its columns alike.
+        until: keep only the events at or before this point in time (an ``as_of``), compared on
+            the column's integer ticks when both are instants (nanoseconds count), else on epoch
+            seconds; the table may then be empty.
 
     Returns:
         A table with exactly ``schema.columns``, typed as follows:
@@ -100,26 +106,33 @@ def read_events(
             an unparsable timestamp, an empty log, a missing or unreadable file, a glob matching
             nothing, or an unsupported file extension. Rows are numbered from 0 in each file.
     """
-    table = _typed_table(source, schema, shard)
-    if table is None or table.num_rows == 0:
+    table = _typed_table(source, schema, shard, until)
+    if table is None or (table.num_rows == 0 and until is None):
         where = "" if shard is None else f" for shard {shard.rank} of {shard.world_size}"
         raise SeqencError(f"the event log is empty{where} (0 rows); columns: {schema.columns}")
     return table
 
 
-def _typed_table(source: Source, schema: EventSchema, shard: Shard | None) -> pa.Table | None:
+def _typed_table(
+    source: Source, schema: EventSchema, shard: Shard | None, until: object = None
+) -> pa.Table | None:
     """:func:`read_events`' table of a DataFrame, Arrow table, :class:`Events` or file(s);
     ``None`` when no file holds a block of this shard."""
-    if isinstance(source, Events):
-        if source.schema == schema:
+    if isinstance(source, Events) and source.schema == schema:  # typed: float seconds only
+        if until is None:
             return source.table
+        times = source.table[schema.timestamp].to_numpy()
+        return source.table.filter(pa.array(at_or_before(times, None, until)))
+    if isinstance(source, Events):
         source = source.table
     if isinstance(source, pd.DataFrame):
-        return _sharded(normalize_table(_from_pandas(source, schema), schema), schema, shard)
+        table = normalize_table(_from_pandas(source, schema), schema, until=until)
+        return _sharded(table, schema, shard)
     if isinstance(source, pa.Table):
         _check_columns(source.column_names, schema, "the input table")
-        return _sharded(normalize_table(source.select(schema.columns), schema), schema, shard)
-    scan = EventScan(expand_paths(source), schema)
+        table = normalize_table(source.select(schema.columns), schema, until=until)
+        return _sharded(table, schema, shard)
+    scan = EventScan(expand_paths(source), schema, until=until)
     blocks = [_sharded(block, schema, shard) for block in scan]
     return scan.finish(pa.concat_tables(blocks)) if blocks else None
 
@@ -254,8 +267,14 @@ class EventScan:
     storage value identifies an id (the export hashes it to route rows).
     """
 
-    def __init__(self, files: list[Path], schema: EventSchema, batch_rows: int = SCAN_ROWS) -> None:
-        self.files, self.schema, self.batch_rows = files, schema, batch_rows
+    def __init__(
+        self,
+        files: list[Path],
+        schema: EventSchema,
+        batch_rows: int = SCAN_ROWS,
+        until: object = None,
+    ) -> None:
+        self.files, self.schema, self.batch_rows, self.until = files, schema, batch_rows, until
         ids = [c for c in schema.id_columns if schema.id_type(c) == "auto"]
         typed = {schema.timestamp, *schema.numeric, *schema.id_columns}
         self.ties = [c for c in schema.tie_breakers if c not in typed]
@@ -290,7 +309,8 @@ class EventScan:
                 for batch in self._batches(path):
                     if batch.num_rows:
                         table = pa.Table.from_batches([batch])
-                        yield self._store(normalize_table(table, self.schema, offset), path)
+                        typed = normalize_table(table, self.schema, offset, self.until)
+                        yield self._store(typed, path)
                         offset += batch.num_rows
             except SeqencError as e:
                 raise SeqencError(f"{str(path)!r}: {e}") from e

@@ -166,13 +166,12 @@ def _cut(
         not isinstance(keep_newest, (int, np.integer)) or keep_newest < 1
     ):
         raise SeqencError(f"keep_newest must be a positive integer or None, got {keep_newest!r}")
-    table = read_events(events, schema)
     if as_of is None:
-        return table, None
+        return read_events(events, schema), None
     if schema.timestamp is None:
         raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
-    ref_time = epoch_seconds(as_of)
-    return table.filter(pc.less_equal(table[schema.timestamp], ref_time)), ref_time
+    ref_time = epoch_seconds(as_of)  # checked before any event is read
+    return read_events(events, schema, until=as_of), ref_time
 
 
 def _vocabularies(
