@@ -1,0 +1,1 @@
+"""Compatible retrains: the map to a parent's space and the lineage stored with a bundle."""

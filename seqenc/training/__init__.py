@@ -1,0 +1,1 @@
+"""Training: the LightningModule, its options and schedule, callbacks, checkpoints, metrics and baselines."""
