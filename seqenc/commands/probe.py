@@ -15,7 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file, file_target
-from seqenc.data.events import check_column_names
+from seqenc.data.frames import check_column_names
 from seqenc.data.labels import AS_OF
 from seqenc.data.paths import expand_paths
 from seqenc.data.schema import EventSchema

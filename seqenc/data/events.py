@@ -8,14 +8,11 @@ step (vocabularies, sequences) relies on what :func:`read_events` guarantees.
 
 from __future__ import annotations
 
-import datetime as dt
 import gzip
-import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.data.columns import at_or_before, epoch_seconds, is_text, normalize_table
+from seqenc.data.frames import check_column_names, from_pandas
 from seqenc.data.hashing import Shard
 from seqenc.data.paths import PARQUET_SUFFIXES, expand_paths
 from seqenc.data.schema import EventSchema
@@ -126,7 +124,7 @@ def _typed_table(
     if isinstance(source, Events):
         source = source.table
     if isinstance(source, pd.DataFrame):
-        table = normalize_table(_from_pandas(source, schema), schema, until=until)
+        table = normalize_table(from_pandas(source, schema), schema, until=until)
         return _sharded(table, schema, shard)
     if isinstance(source, pa.Table):
         _check_columns(source.column_names, schema, "the input table")
@@ -150,65 +148,6 @@ def _check_columns(available: Sequence[str], schema: EventSchema, where: str) ->
     """The one check of an input's column names, for every input form: each column the schema
     reads must be there, once."""
     check_column_names(available, schema.columns, where)
-
-
-def check_column_names(available: Sequence[object], wanted: Sequence[str], where: str) -> None:
-    """Each of ``wanted`` must be among ``available`` exactly once: a missing column, or one
-    given twice (which of the two would be read?), is refused naming it."""
-    names = list(available)
-    missing = [c for c in wanted if c not in names]
-    if missing:
-        raise SeqencError(f"column(s) {missing} not found in {where}; available columns: {names}")
-    twice = [c for c in wanted if names.count(c) > 1]
-    if twice:
-        raise SeqencError(
-            f"column(s) {twice} appear more than once in {where}: rename or drop the extra one(s)"
-        )
-
-
-def _from_pandas(df: pd.DataFrame, schema: EventSchema) -> pa.Table:
-    _check_columns(list(df.columns), schema, "the DataFrame")
-    arrays = {}
-    for name in schema.columns:
-        column = df[name]
-        if column.dtype == object and "mixed" in pd.api.types.infer_dtype(column, skipna=True):
-            if _one_kind(column, name) == "number":  # ints, floats, Decimals: one numeric type
-                column = pd.to_numeric(column)
-        try:
-            arrays[name] = pa.Array.from_pandas(column)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-            raise SeqencError(f"column {name!r} cannot be converted (mixed types?): {e}") from e
-    return pa.table(arrays)
-
-
-def _value_kind(value: object) -> str:
-    """What a Python value in an object column stands for: numbers of any type are one kind."""
-    if isinstance(value, (bool, np.bool_)):
-        return "boolean"
-    if isinstance(value, numbers.Number):  # int, float, Decimal, numpy scalars
-        return "number"
-    if isinstance(value, (dt.date, np.datetime64)):  # date, datetime, pd.Timestamp
-        return "time"
-    return "text" if isinstance(value, str) else type(value).__name__
-
-
-def _one_kind(column: pd.Series, name: str) -> str:
-    """The one kind of value of an object column, else a SeqencError naming the first row whose
-    kind differs from the most common: a number among times would be read as a time in 1970 (Arrow
-    takes it as microseconds), text among numbers as something else again."""
-    values = column.to_numpy()
-    rows = np.flatnonzero(column.notna().to_numpy())
-    kinds = pd.Series([_value_kind(v) for v in values[rows]], dtype=object)
-    counts = kinds.value_counts()
-    if len(counts) < 2:
-        return str(counts.index[0]) if len(counts) else "empty"
-    odd = int(np.flatnonzero(kinds.to_numpy() != counts.index[0])[0])
-    row = int(rows[odd])
-    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-    raise SeqencError(
-        f"column {name!r} holds mixed kinds of values ({summary}); first {kinds[odd]} at row {row} "
-        f"(0-based): {name}={values[row]!r}"
-    )
 
 
 def _is_csv(path: Path) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from seqenc.data.events import check_column_names
+from seqenc.data.frames import check_column_names
 from seqenc.data.labels import standardise
 from seqenc.errors import SeqencError
 
