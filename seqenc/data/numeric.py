@@ -2,7 +2,7 @@
 
 A heart rate of 80 and a lactate of 2 live on different scales; a value standardised by its item's
 centre and scale says how unusual it is for that item. Both are taken on the signed log of the
-values (``sign(x) * log1p|x|``, the model's transform) and shrunk towards the whole log's
+values (the model's :func:`~seqenc.model.embeddings.signed_log`) and shrunk towards the whole log's
 statistics by :data:`PRIOR_EVENTS` pseudo-events, so a rare item reads as an average one rather
 than as its few values. Numpy only; the model stores the result with its weights.
 """
@@ -10,18 +10,14 @@ than as its few values. Numpy only; the model stores the result with its weights
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.split import SequenceView, flat_events
+from seqenc.model.embeddings import signed_log
 
 PRIOR_EVENTS = 20.0  # pseudo-events of the whole log's statistics added to every item's
 MIN_SCALE_SHARE = 0.01  # an item's scale is at least this share of the whole log's (constant items)
-
-
-def signed_log(x: np.ndarray) -> np.ndarray:
-    """``sign(x) * log1p(|x|)`` in float64."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.sign(x) * np.log1p(np.abs(x))
 
 
 def item_statistics(
@@ -31,7 +27,8 @@ def item_statistics(
     deviation of each item's signed-log values. ``items``: ``[n]`` item ids; ``values``:
     ``[n, n_features]`` raw values of the same events. An item without events gets the whole
     log's."""
-    logs = signed_log(values).reshape(len(items), -1)
+    values = torch.from_numpy(np.asarray(values, dtype=np.float64))
+    logs = signed_log(values).numpy().reshape(len(items), -1)  # the model's own transform
     n_features = logs.shape[1]
     center = np.zeros((n_items, n_features), dtype=np.float32)
     scale = np.ones((n_items, n_features), dtype=np.float32)
