@@ -45,14 +45,16 @@ def normalize_table(
 ) -> pa.Table:
     """The schema's columns of one block, typed as :func:`~seqenc.data.events.read_events` says;
     with ``until``, only the rows at or before it (:func:`at_or_before`, exact for instants)."""
-    out = pa.table({name: _normalize(table, name, schema, offset) for name in schema.columns})
     if until is None:
-        return out
-    col = table[schema.timestamp]
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    seconds, ticks = _epoch(table, schema.timestamp, col, offset)
-    return out.filter(pa.array(at_or_before(seconds.to_numpy(), ticks, until)))
+        return pa.table({name: _normalize(table, name, schema, offset) for name in schema.columns})
+    columns, ticks = {}, None
+    for name in schema.columns:  # the timestamp converted once: its seconds and its ticks
+        if name == schema.timestamp:
+            columns[name], ticks = _epoch(table, name, _decoded(table[name]), offset)
+        else:
+            columns[name] = _normalize(table, name, schema, offset)
+    kept = at_or_before(columns[schema.timestamp].to_numpy(), ticks, until)
+    return pa.table(columns).filter(pa.array(kept))
 
 
 def _bad_row(table: pa.Table, name: str, mask, problem: str, offset: int) -> SeqencError:
@@ -67,10 +69,13 @@ def _bad_row(table: pa.Table, name: str, mask, problem: str, offset: int) -> Seq
     )
 
 
+def _decoded(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary column as its values; any other as it is."""
+    return col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+
+
 def _normalize(table: pa.Table, name: str, schema: EventSchema, offset: int) -> pa.ChunkedArray:
-    col = table[name]
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
+    col = _decoded(table[name])
     if name == schema.timestamp:
         return _to_epoch_seconds(table, name, col, offset)
     if name in schema.numeric:
