@@ -74,10 +74,14 @@ def test_a_constant_scorer_ranks_every_target_last():
 
 def crowded_scorer(gate: float | None) -> NextItemScorer:
     """Many items, their logits packed around every target (so many fall on the tie floor's edge),
-    histories with repeats, a seen item that is the target, and ``gate`` (``None``: no head)."""
+    histories with repeats, a seen item that is the target, and ``gate`` (``None``: no head).
+    Each state is a power of two on one axis, so every logit is one exact product: the whole
+    catalogue's matmul and the scorer's spans give the same bits on any CPU."""
     gen = torch.Generator().manual_seed(1)
     b, n = 16, 3000
-    state = torch.randn(b, D, generator=gen)
+    rows = torch.arange(b)
+    state = torch.zeros(b, D)
+    state[rows, rows % D] = 2.0 ** (rows // D).float()
     weight = torch.randn(n, D, generator=gen) * 0.05
     if gate is None:
         return NextItemScorer(state, weight, seen=torch.tensor([[0, 1], [5, 20]]))
