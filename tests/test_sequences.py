@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqenc.data.bounds import VocabBounds
-from seqenc.data.columns import epoch_seconds
+from seqenc.data.cut import epoch_seconds
 from seqenc.data.loaders import load_dataset
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (

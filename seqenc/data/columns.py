@@ -8,24 +8,26 @@ point in time (``as_of``) with the same rules as the timestamp column.
 
 from __future__ import annotations
 
-import decimal
-import numbers
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seqenc.data.cut import (
+    EXACT,
+    MAX_EPOCH_SECONDS,
+    NS,
+    TICKS_PER_SECOND,
+    Cut,
+    at_or_before,
+    seconds,
+    unit_hint,
+)
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 
-# Numeric epoch times above this (year 5138) are almost surely milliseconds or finer, not seconds.
-MAX_EPOCH_SECONDS = 1e11
-_TICKS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 # Where an 'int' id type comes from, for messages refusing a value that is not an integer.
 _INT_SOURCE = ": EventSchema.id_types, or a model whose vocabulary holds integers"
-# A number above MAX_EPOCH_SECONDS, by magnitude: the unit it most likely is, ticks per second.
-_FINER_UNITS = (("nanoseconds", 1e9), ("microseconds", 1e6), ("milliseconds", 1e3))
 
 
 def is_text(t: pa.DataType) -> bool:
@@ -41,11 +43,17 @@ def as_text(col: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def normalize_table(
-    table: pa.Table, schema: EventSchema, offset: int = 0, until: object = None
+    table: pa.Table,
+    schema: EventSchema,
+    offset: int = 0,
+    until: Cut | None = None,
+    exact: bool = False,
 ) -> pa.Table:
     """The schema's columns of one block, typed as :func:`~seqenc.data.events.read_events` says;
-    with ``until``, only the rows at or before it (:func:`at_or_before`, exact for instants)."""
-    if until is None:
+    with ``until``, only the rows at or before it (:func:`~seqenc.data.cut.at_or_before`, on the
+    column's ticks); with ``exact``, also the column :data:`~seqenc.data.cut.EXACT` of int64
+    nanoseconds when the times are instants (the per-row cut-offs compare on it)."""
+    if until is None and not exact:
         return pa.table({name: _normalize(table, name, schema, offset) for name in schema.columns})
     columns, ticks = {}, None
     for name in schema.columns:  # the timestamp converted once: its seconds and its ticks
@@ -53,8 +61,27 @@ def normalize_table(
             columns[name], ticks = _epoch(table, name, _decoded(table[name]), offset)
         else:
             columns[name] = _normalize(table, name, schema, offset)
-    kept = at_or_before(columns[schema.timestamp].to_numpy(), ticks, until)
-    return pa.table(columns).filter(pa.array(kept))
+    if exact and ticks is not None:
+        columns[EXACT] = pa.chunked_array([_nanoseconds(*ticks, schema.timestamp)])
+    out = pa.table(columns)
+    if until is None:
+        return out
+    times = (
+        (ticks[0], ticks[1]) if ticks is not None else (columns[schema.timestamp].to_numpy(), None)
+    )
+    return out.filter(pa.array(at_or_before(times, until)))
+
+
+def _nanoseconds(values: np.ndarray, per_second: int, name: str) -> np.ndarray:
+    """Ticks of any unit as int64 nanoseconds, refused in one line beyond their range (2262)."""
+    factor = NS // per_second
+    limit = np.iinfo(np.int64).max // factor
+    if len(values) and np.abs(values).max() > limit:
+        raise SeqencError(
+            f"column {name!r}: times beyond the years 1678-2262 cannot be cut per row to the "
+            "nanosecond; give the label table's cut-offs on a log within them"
+        )
+    return values * factor
 
 
 def _bad_row(table: pa.Table, name: str, mask, problem: str, offset: int) -> SeqencError:
@@ -205,24 +232,7 @@ def _ticks(col: pa.ChunkedArray) -> tuple[np.ndarray, int]:
     if pa.types.is_date(t):
         col, t = col.cast(pa.timestamp("us")), pa.timestamp("us")
     # Arrow stores tz-aware timestamps as UTC ticks: the raw integers are already UTC.
-    return col.cast(pa.int64()).to_numpy(), _TICKS_PER_SECOND[t.unit]
-
-
-def _seconds(ticks: np.ndarray, per_second: int) -> np.ndarray:
-    """Ticks → float64 seconds, the whole seconds and the fraction apart: an instant gives the same
-    float whatever its unit (s, ms, us, ns), so a time and an ``as_of`` equal to it compare equal."""
-    whole, rest = np.divmod(ticks, per_second)
-    return whole.astype(np.float64) + rest / per_second
-
-
-def _unit_hint(values: np.ndarray) -> str:
-    """Why numbers above :data:`MAX_EPOCH_SECONDS` are refused, naming their probable unit."""
-    top = float(np.max(np.abs(values)))
-    unit, factor = next((u, f) for u, f in _FINER_UNITS if top > f * MAX_EPOCH_SECONDS / 1e3)
-    return (
-        f"numeric timestamps must be epoch SECONDS, this looks like {unit} "
-        f"(divide by {factor:,.0f}, or pass datetime values)"
-    )
+    return col.cast(pa.int64()).to_numpy(), TICKS_PER_SECOND[t.unit]
 
 
 def _to_epoch_seconds(
@@ -249,7 +259,7 @@ def _epoch(
     t = col.type
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         ticks = _ticks(col)
-        return pa.chunked_array([_seconds(*ticks)]), ticks
+        return pa.chunked_array([seconds(*ticks)]), ticks
     values = None if pa.types.is_boolean(t) else _numbers(col)
     if values is None:
         raise SeqencError(
@@ -259,21 +269,8 @@ def _epoch(
         raise _bad_row(table, name, ~np.isfinite(values), "NaN or infinite timestamp", offset)
     too_big = np.abs(values) > MAX_EPOCH_SECONDS
     if too_big.any():
-        raise _bad_row(table, name, too_big, _unit_hint(values[too_big]), offset)
+        raise _bad_row(table, name, too_big, unit_hint(values[too_big]), offset)
     return pa.chunked_array([values]), None
-
-
-def at_or_before(seconds: np.ndarray, ticks: Ticks | None, until: object) -> np.ndarray:
-    """Which times are at or before ``until`` (an ``as_of``): exactly on integer ticks when both
-    are instants (so an event a nanosecond after ``as_of`` is out, though its float seconds may
-    equal ``as_of``'s), else on float seconds."""
-    instant = instant_ticks(until)
-    if ticks is None or instant is None:
-        return np.asarray(seconds) <= epoch_seconds(until)
-    (values, per_second), (limit, limit_per_second) = ticks, instant
-    if limit_per_second >= per_second:  # t / p <= a / q  <=>  t <= floor(a / (q / p))
-        return values <= limit // (limit_per_second // per_second)
-    return values <= min(limit * (per_second // limit_per_second), np.iinfo(np.int64).max)
 
 
 def _parse_iso(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> pa.ChunkedArray:
@@ -291,73 +288,3 @@ def _parse_iso(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) ->
         problem = "cannot parse timestamp as ISO-8601"
         raise _bad_row(table, name, parsed.isna().to_numpy(), problem, offset)
     return pa.chunked_array([pa.Array.from_pandas(parsed).cast(pa.timestamp("ns", "UTC"))])
-
-
-def epoch_seconds(value: object) -> float:
-    """A point in time (``as_of``) → float epoch seconds, UTC, by the timestamp column's rules.
-
-    Accepts ``datetime`` / ``pd.Timestamp`` / ``np.datetime64`` / ISO-8601 strings (naive values are
-    taken as UTC; any year up to 9999) and numbers or numeric strings (``"1704119688"``, as the
-    command line passes them), read as epoch **seconds**; a number above 1e11 is refused as
-    probable milliseconds. An instant gives exactly the float its timestamp column value gives.
-    """
-    instant = instant_ticks(value)
-    if instant is not None:
-        return float(_seconds(np.array([instant[0]]), instant[1])[0])
-    number = value
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            pass
-    if isinstance(number, (numbers.Real, decimal.Decimal)):  # as the timestamp column reads them
-        try:
-            number = float(number)
-        except (ValueError, OverflowError) as e:
-            raise SeqencError(f"cannot read {value!r} as a point in time: {e}") from e
-        if not np.isfinite(number):
-            raise SeqencError(f"time must be finite, got {value!r}")
-        if abs(number) > MAX_EPOCH_SECONDS:
-            raise SeqencError(f"time {value!r}: {_unit_hint(np.array([float(number)]))}")
-    return float(number)
-
-
-def instant_ticks(value: object) -> tuple[int, int] | None:
-    """A point in time given as an instant (datetime, ``pd.Timestamp``, ``np.datetime64``, ISO
-    text; naive values are UTC) → ``(ticks since the epoch, ticks per second)`` in its own unit;
-    ``None`` for a number or numeric text (epoch seconds, see :func:`epoch_seconds`)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise SeqencError(f"cannot read {value!r} as a point in time")
-    if isinstance(value, (numbers.Real, decimal.Decimal)):
-        return None
-    if isinstance(value, str):
-        try:
-            float(value)
-            return None
-        except ValueError:
-            pass
-    try:
-        ts = pd.Timestamp(value)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise SeqencError(f"cannot read {value!r} as a point in time: {e}") from e
-    if ts is pd.NaT:
-        raise SeqencError(f"cannot read {value!r} as a point in time (NaT)")
-    if ts.tzinfo is not None:
-        ts = ts.tz_convert("UTC").tz_localize(None)
-    ticks = ts.asm8  # numpy datetime64 in the Timestamp's own unit: no overflow up to 9999
-    unit = np.datetime_data(ticks.dtype)[0]
-    return int(ticks.astype(np.int64)), _TICKS_PER_SECOND[unit]
-
-
-def epoch_column(values: pd.Series, name: str) -> np.ndarray:
-    """A column of points in time → float epoch seconds (naive values are UTC)."""
-    if pd.api.types.is_numeric_dtype(values):
-        out = values.to_numpy(dtype=float)
-    else:
-        ts = pd.to_datetime(values, utc=True, errors="coerce")
-        out = (ts - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
-    bad = ~np.isfinite(out)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SeqencError(f"column {name!r} row {row}: not a point in time: {values.iloc[row]!r}")
-    return out

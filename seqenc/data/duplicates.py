@@ -11,19 +11,19 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seqenc.data.cut import Cut
+from seqenc.data.events import Events, read_events
 from seqenc.data.schema import EventSchema
 
 
-def duplicated_newest(table: pa.Table, schema: EventSchema, as_of: float | None = None) -> int:
-    """Entities whose newest event at or before ``as_of`` (epoch seconds; ``None``: all) appears
+def duplicated_newest(table: pa.Table, schema: EventSchema, as_of: Cut | object = None) -> int:
+    """Entities whose newest event at or before ``as_of`` (``None``: all) appears
     twice or more with every column of ``schema`` equal. 0 without a timestamp column (the row
     order is then the only order, and repeats are part of it)."""
     time = schema.timestamp
     if time is None or table.num_rows == 0:
         return 0
-    table = table.select(schema.columns)
-    if as_of is not None:
-        table = table.filter(pc.less_equal(table[time], as_of))
+    table = read_events(Events(table, schema), schema, until=as_of).select(schema.columns)
     newest = table.group_by(schema.entity).aggregate([(time, "max")])
     newest = newest.rename_columns([schema.entity, "__newest"])
     at_newest = table.join(newest, schema.entity)

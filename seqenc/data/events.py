@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from seqenc.data.columns import at_or_before, epoch_seconds, is_text, normalize_table
+from seqenc.data.columns import is_text, normalize_table
+from seqenc.data.cut import EXACT, NS, Cut, at_or_before, epoch_seconds, parse
 from seqenc.data.frames import check_column_names, from_pandas
 from seqenc.data.hashing import Shard
 from seqenc.data.paths import PARQUET_SUFFIXES, expand_paths
@@ -57,6 +58,7 @@ def read_events(
     schema: EventSchema = DEFAULT_SCHEMA,
     shard: Shard | None = None,
     until: object = None,
+    exact: bool = False,
 ) -> pa.Table:
     """Read the schema's columns of an event log into a typed Arrow table.
 
@@ -69,9 +71,10 @@ def read_events(
         shard: keep only this shard's entities (:class:`~seqenc.data.hashing.Shard`); files are
             filtered block by block, so memory holds the shard's events only. Column types are
             still decided by the whole input, so every shard types its columns alike.
-        until: keep only the events at or before this point in time (an ``as_of``), compared on
-            the column's integer ticks when both are instants (nanoseconds count), else on epoch
-            seconds; the table may then be empty.
+        until: keep only the events at or before this ``as_of`` (or its parsed ``Cut``), by
+            :func:`seqenc.data.cut.at_or_before` on the column's ticks; may leave no row.
+        exact: with instants, also the column ``seqenc.data.cut.EXACT`` (int64 ns) that a
+            later cut compares (per label row, or of :class:`Events`).
 
     Returns:
         A table with exactly ``schema.columns``, typed as follows:
@@ -104,7 +107,7 @@ def read_events(
             an unparsable timestamp, an empty log, a missing or unreadable file, a glob matching
             nothing, or an unsupported file extension. Rows are numbered from 0 in each file.
     """
-    table = _typed_table(source, schema, shard, until)
+    table = _typed_table(source, schema, shard, parse(until), exact)  # parsed before any read
     if table is None or (table.num_rows == 0 and until is None):
         where = "" if shard is None else f" for shard {shard.rank} of {shard.world_size}"
         raise SeqencError(f"the event log is empty{where} (0 rows); columns: {schema.columns}")
@@ -112,27 +115,36 @@ def read_events(
 
 
 def _typed_table(
-    source: Source, schema: EventSchema, shard: Shard | None, until: object = None
+    source: Source, schema: EventSchema, shard: Shard | None, until: Cut | None, exact: bool
 ) -> pa.Table | None:
     """:func:`read_events`' table of a DataFrame, Arrow table, :class:`Events` or file(s);
     ``None`` when no file holds a block of this shard."""
-    if isinstance(source, Events) and source.schema == schema:  # typed: float seconds only
-        if until is None:
-            return source.table
-        times = source.table[schema.timestamp].to_numpy()
-        return source.table.filter(pa.array(at_or_before(times, None, until)))
+    if until is not None and schema.timestamp is None:
+        raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
+    if isinstance(source, Events) and source.schema == schema:
+        return source.table if until is None else _cut_typed(source.table, schema, until)
     if isinstance(source, Events):
         source = source.table
     if isinstance(source, pd.DataFrame):
-        table = normalize_table(from_pandas(source, schema), schema, until=until)
+        table = normalize_table(from_pandas(source, schema), schema, until=until, exact=exact)
         return _sharded(table, schema, shard)
     if isinstance(source, pa.Table):
         _check_columns(source.column_names, schema, "the input table")
-        table = normalize_table(source.select(schema.columns), schema, until=until)
+        table = normalize_table(source.select(schema.columns), schema, until=until, exact=exact)
         return _sharded(table, schema, shard)
-    scan = EventScan(expand_paths(source), schema, until=until)
+    scan = EventScan(expand_paths(source), schema, until=until, exact=exact)
     blocks = [_sharded(block, schema, shard) for block in scan]
     return scan.finish(pa.concat_tables(blocks)) if blocks else None
+
+
+def _cut_typed(table: pa.Table, schema: EventSchema, until: Cut) -> pa.Table:
+    """The rows of a typed table at or before ``until``: on its exact ticks when it has them (read
+    with ``exact``), else on its float seconds (a log of numeric times)."""
+    if EXACT in table.column_names:
+        times = (table[EXACT].to_numpy(), NS)
+    else:
+        times = (table[schema.timestamp].to_numpy(), None)
+    return table.filter(pa.array(at_or_before(times, until)))
 
 
 def _sharded(table: pa.Table, schema: EventSchema, shard: Shard | None) -> pa.Table:
@@ -211,9 +223,11 @@ class EventScan:
         files: list[Path],
         schema: EventSchema,
         batch_rows: int = SCAN_ROWS,
-        until: object = None,
+        until: Cut | None = None,
+        exact: bool = False,
     ) -> None:
-        self.files, self.schema, self.batch_rows, self.until = files, schema, batch_rows, until
+        self.files, self.schema, self.batch_rows = files, schema, batch_rows
+        self.until, self.exact = until, exact
         ids = [c for c in schema.id_columns if schema.id_type(c) == "auto"]
         typed = {schema.timestamp, *schema.numeric, *schema.id_columns}
         self.ties = [c for c in schema.tie_breakers if c not in typed]
@@ -248,7 +262,7 @@ class EventScan:
                 for batch in self._batches(path):
                     if batch.num_rows:
                         table = pa.Table.from_batches([batch])
-                        typed = normalize_table(table, self.schema, offset, self.until)
+                        typed = normalize_table(table, self.schema, offset, self.until, self.exact)
                         yield self._store(typed, path)
                         offset += batch.num_rows
             except SeqencError as e:

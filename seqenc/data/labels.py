@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from seqenc.data.columns import epoch_column
+from seqenc.data.cut import NS, RowCuts, ends_at_or_before, parse_column
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.split import SequenceView
 from seqenc.errors import SeqencError
@@ -39,12 +39,14 @@ class Labels:
         target: ``[n]`` int64 class codes, or float32 standardised numbers.
         spec: the head's description (:class:`~seqenc.model.head.SupervisedHead`'s arguments:
             task, classes, center, scale), plain JSON data.
+        cut: the cut-offs parsed once (:class:`~seqenc.data.cut.RowCuts`), or ``None``.
     """
 
     entity: np.ndarray
     as_of: np.ndarray | None
     target: np.ndarray
     spec: dict[str, Any]
+    cut: RowCuts | None = None
 
     def __len__(self) -> int:
         return len(self.entity)
@@ -107,8 +109,9 @@ def read_labels(
     values = frame[label_column].to_numpy()
     task = infer_task(values) if task == "auto" else task
     target, spec = _code(values, task, f"{where} column {label_column!r}")
-    as_of = epoch_column(frame[as_of_column], as_of_column) if len(keys) == 2 else None
-    return Labels(frame[entity].to_numpy(), as_of, target, spec)
+    cut = parse_column(frame[as_of_column], as_of_column) if len(keys) == 2 else None
+    as_of = None if cut is None else cut.seconds
+    return Labels(frame[entity].to_numpy(), as_of, target, spec, cut)
 
 
 def _code(values: np.ndarray, task: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:
@@ -168,8 +171,9 @@ def labelled_view(store: SequenceStore, labels: Labels) -> LabelledView:
     found = entity_row >= 0
     entity_row = np.where(found, entity_row, 0)
     ends = store.offsets[1:].astype(np.int64)[entity_row]
-    if labels.as_of is not None:
-        ends = _cut_ends(store, entity_row, labels.as_of)
+    if labels.cut is not None:
+        times = (store.timestamps, None) if store.ticks is None else (store.ticks, NS)
+        ends = ends_at_or_before(times, starts[entity_row], ends, labels.cut)
     keep = found & (ends > starts[entity_row])
     if found.any() and not keep.any():
         raise SeqencError(
@@ -191,22 +195,6 @@ def labelled_view(store: SequenceStore, labels: Labels) -> LabelledView:
     query = np.full(len(rows), np.nan) if labels.as_of is None else labels.as_of[rows]
     view = SequenceView(store, entity_row[rows], starts[entity_row[rows]], ends[rows])
     return LabelledView(view, rows, labels.target[rows], query)
-
-
-def _cut_ends(store: SequenceStore, entity_row: np.ndarray, as_of: np.ndarray) -> np.ndarray:
-    """``[n]`` absolute end (exclusive) of each entity's events at or before ``as_of``: cut-offs
-    and events sorted together by (entity, time), an event before a cut-off at the same time; the
-    events counted before each cut-off are its end."""
-    event_row = np.repeat(np.arange(len(store)), np.diff(store.offsets))
-    row = np.concatenate([event_row, entity_row])
-    time = np.concatenate([store.timestamps, as_of])
-    is_cut = np.concatenate([np.zeros(store.n_events, bool), np.ones(len(as_of), bool)])
-    order = np.lexsort((is_cut, time, row))
-    events_before = np.cumsum(~is_cut[order])
-    ends = np.empty(len(as_of), dtype=np.int64)
-    cut_positions = np.flatnonzero(is_cut[order])
-    ends[order[cut_positions] - store.n_events] = events_before[cut_positions]
-    return ends
 
 
 def subset(samples: LabelledView, keep: np.ndarray) -> LabelledView:

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seqenc.data.bounds import VocabBounds
-from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
+from seqenc.data.cut import EXACT, Cut, parse
+from seqenc.data.events import DEFAULT_SCHEMA, Source, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
@@ -65,6 +66,8 @@ class SequenceStore(Jagged):
             out-of-vocabulary bucket, or to UNK without buckets).
         n_unknown_categorical: column name → events whose (non-null) value was not in that
             column's vocabulary (mapped as items are; nulls are UNK and not counted).
+        ticks: ``[n_events]`` int64 nanoseconds of the events, when they were read ``exact``
+            (what per-row cut-offs compare, :mod:`seqenc.data.cut`), else ``None``.
     """
 
     entity_ids: pa.Array
@@ -78,6 +81,7 @@ class SequenceStore(Jagged):
     has_time: bool = True
     n_unknown_items: int = 0
     n_unknown_categorical: dict[str, int] = field(default_factory=dict)
+    ticks: np.ndarray | None = None
 
     @property
     def n_events(self) -> int:
@@ -100,9 +104,9 @@ def build_sequences(
         schema: the log's columns.
         keep_newest: keep only each entity's newest ``keep_newest`` events (``None``, the
             default: keep all; a model is fed its ``history_len`` newest when batched).
-        as_of: point-in-time cut (datetime, ISO string, ``pd.Timestamp`` or epoch seconds): events
-            later than it are dropped, so a history "as of T" never sees the future; entities
-            with no event left are left out. It is also the reference time of ``dt_ref``.
+        as_of: point-in-time cut (datetime, ISO string, ``pd.Timestamp``, epoch seconds, a Cut):
+            later events are dropped (:func:`seqenc.data.cut.at_or_before`), entities left with
+            none are left out. It is also the reference time of ``dt_ref``.
         vocabs: vocabularies to encode with (inference: unseen items and categories take their
             out-of-vocabulary bucket, or UNK without buckets, counted in ``n_unknown_items``);
             ``None`` fits new ones on these events after the ``as_of`` cut (training).
@@ -121,7 +125,7 @@ def build_sequences(
     Returns:
         ``(store, vocabs)``: the histories and the vocabularies used (fitted or given).
     """
-    table, ref_time = _cut(events, schema, as_of, keep_newest)
+    table, cut = _cut(events, schema, as_of, keep_newest)
     vocabs = _vocabularies(table, schema, vocabs, bounds)
     codes, entity_ids = _entity_codes(table[schema.entity])
     n_events, n_entities = len(codes), len(entity_ids)
@@ -131,7 +135,8 @@ def build_sequences(
     full_ends = np.cumsum(full_lengths)
     limit = n_events if keep_newest is None else keep_newest
     keep = full_ends[codes] - np.arange(n_events) <= limit  # rank from the end
-    dt_prev, dt_ref = _gaps(times, codes, full_ends - full_lengths, full_ends, ref_time)
+    ref = None if cut is None else cut.seconds
+    dt_prev, dt_ref = _gaps(times, codes, full_ends - full_lengths, full_ends, ref)
     lengths = np.minimum(full_lengths, limit)
     store = SequenceStore(
         entity_ids=entity_ids,
@@ -159,9 +164,9 @@ def _ordered(
 
 def _cut(
     events: Source, schema: EventSchema, as_of: object, keep_newest: int | None
-) -> tuple[pa.Table, float | None]:
-    """``(table, as_of seconds)``: the log's events at or before ``as_of`` (``keep_newest`` checked
-    first, one line)."""
+) -> tuple[pa.Table, Cut | None]:
+    """``(table, cut)``: the log's events at or before ``as_of`` (``keep_newest`` checked first,
+    one line)."""
     if keep_newest is not None and (
         not isinstance(keep_newest, (int, np.integer)) or keep_newest < 1
     ):
@@ -170,8 +175,8 @@ def _cut(
         return read_events(events, schema), None
     if schema.timestamp is None:
         raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
-    ref_time = epoch_seconds(as_of)  # checked before any event is read
-    return read_events(events, schema, until=as_of), ref_time
+    cut = parse(as_of)  # checked before any event is read
+    return read_events(events, schema, until=cut), cut
 
 
 def _vocabularies(
@@ -210,14 +215,16 @@ def _gaps(
 def _encoded_values(
     table: pa.Table, schema: EventSchema, vocabs: Vocabularies, kept: np.ndarray
 ) -> dict[str, Any]:
-    """The store's items, categorical and numeric fields from the input rows ``kept`` (in store
-    order), and the counts of the values the vocabularies do not know."""
+    """The store's items, categorical and numeric fields (and exact ticks, when read) from the
+    input rows ``kept`` (in store order), and the counts of the values the vocabularies do not
+    know."""
     items = vocabs.item.encode(table[schema.item])[0][kept]
     categorical = {c: vocabs.categorical[c].encode(table[c])[0][kept] for c in schema.categorical}
     return {
         "items": items,
         "categorical": categorical,
         "numeric": {c: table[c].to_numpy()[kept] for c in schema.numeric},
+        "ticks": table[EXACT].to_numpy()[kept] if EXACT in table.column_names else None,
         "n_unknown_items": int(np.count_nonzero(vocabs.item.unknown(items))),
         "n_unknown_categorical": {
             c: int(np.count_nonzero(vocabs.categorical[c].unknown(ids) & _valid(table[c])[kept]))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seqenc.bundle import BundleMeta
 from seqenc.compat.lineage import SPACES
-from seqenc.data.columns import epoch_seconds
+from seqenc.data.cut import Cut, parse
 from seqenc.encoding.backends import BACKENDS
 from seqenc.errors import SeqencError
 
@@ -58,6 +58,8 @@ class EncodeOptions:
         backend, onnx: what runs the forward pass, chosen when a bundle is loaded
             (:func:`seqenc.encoding.load_on`): ``"torch"``, or ``"onnxruntime"`` on the graph
             ``onnx`` (default ``<bundle>/model.onnx``, written by ``seqenc onnx``).
+        cut: ``as_of`` parsed once (:class:`~seqenc.data.cut.Cut`, exact ticks), what every
+            reader of the encode applies; set from ``as_of``, never given.
     """
 
     as_of: object = None
@@ -68,10 +70,10 @@ class EncodeOptions:
     parent: str | BundleMeta | None = None
     backend: str = "torch"
     onnx: str | Path | None = None
+    cut: Cut | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.as_of is not None:
-            epoch_seconds(self.as_of)
+        object.__setattr__(self, "cut", parse(self.as_of))
         check_choice("on_empty", self.on_empty, ON_EMPTY)
         positive_int("batch_size", self.batch_size)
         positive_int("max_tokens", self.max_tokens)
@@ -86,7 +88,7 @@ class EncodeOptions:
     def but(self, **fields: Any) -> EncodeOptions:
         """These options with ``fields`` replaced (checked again); an unknown name is refused in
         one line."""
-        known = {f.name for f in dataclasses.fields(self)}
+        known = {f.name for f in dataclasses.fields(self) if f.init}
         unknown = sorted(set(fields) - known)
         if unknown:
             raise SeqencError(

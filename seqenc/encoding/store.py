@@ -93,9 +93,9 @@ def sequences(
     ``keep_newest`` truncates the stored histories (``None`` keeps them whole).
     """
     as_of, schema = options.as_of, meta.schema
-    table = read_events(events, schema)
+    table = read_events(events, schema, exact=options.cut is not None)  # cut on its ticks
     store, _ = build_sequences(
-        Events(table, schema), schema, keep_newest=keep_newest, as_of=as_of, vocabs=vocabs
+        Events(table, schema), schema, keep_newest=keep_newest, as_of=options.cut, vocabs=vocabs
     )
     entities = pc.unique(table[schema.entity])
     n_skipped = len(entities) - len(store)

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from seqenc.compat.lineage import Lineage, save_lineage, space_id
 from seqenc.compat.parent_map import DEFAULT_KIND, fit_with_stats
-from seqenc.data.columns import epoch_seconds
+from seqenc.data.cut import at_or_before, parse
 from seqenc.data.events import read_events
 from seqenc.encoding import EncodeOptions
 from seqenc.encoding.options import positive_int
@@ -96,10 +95,7 @@ def known_items(
     masks = {}
     for name, encoder in encoders.items():
         schema = encoder.meta.schema
-        table = read_events(events, schema)
-        if as_of is not None and schema.timestamp is not None:
-            times = table[schema.timestamp].to_numpy()
-            table = table.filter(pa.array(times <= epoch_seconds(as_of)))
+        table = read_events(events, schema, until=as_of if schema.timestamp else None)
         ids, _ = encoder.vocabs.item.encode(table[schema.item])
         masks[name] = ids != UNK
     masks["both"] = np.logical_and.reduce(list(masks.values()))  # the same rows, each schema
@@ -147,13 +143,13 @@ def cutoffs(times: np.ndarray, n: int, as_of: object = None) -> list[object]:
     """When :func:`align` pairs entities: ``as_of`` (``None``: each entity's newest event), then
     the ``k / n`` quantiles (k = 1..n) of the event ``times`` (epoch seconds) up to ``as_of``,
     each point once."""
-    times = np.asarray(times, dtype=np.float64)
-    if as_of is not None:
-        times = times[times <= epoch_seconds(as_of)]
+    times, cut = np.asarray(times, dtype=np.float64), parse(as_of)
+    if cut is not None:
+        times = times[at_or_before((times, None), cut)]
     if n < 1 or len(times) == 0:
         return [as_of]
     points = np.quantile(times, np.arange(1, n + 1) / n)
-    later = {float(t) for t in points} - ({epoch_seconds(as_of)} if as_of is not None else set())
+    later = {float(t) for t in points} - ({cut.seconds} if cut is not None else set())
     return [as_of, *sorted(later)]
 
 
@@ -165,7 +161,8 @@ def history_pairs(
     (:func:`cutoffs`): downstream models read entities at many points in time, and the map must
     hold at all of them."""
     schema = child.meta.schema
-    times = read_events(events, schema)[schema.timestamp].to_numpy() if schema.timestamp else []
+    until = as_of if schema.timestamp else None
+    times = read_events(events, schema, until=until)[schema.timestamp] if schema.timestamp else []
     at = [EncodeOptions(as_of=when, on_empty="skip") for when in cutoffs(times, n_cutoffs, as_of)]
     parts = [paired(child, parent, events, options) for options in at]
     x, y = np.vstack([p[1] for p in parts]), np.vstack([p[2] for p in parts])

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from seqenc.data.columns import epoch_column
-from seqenc.data.events import DEFAULT_SCHEMA, Source, epoch_seconds, read_events
+from seqenc.data.cut import EXACT, NS, Cut, RowCuts, at_or_before, parse, parse_column
+from seqenc.data.events import DEFAULT_SCHEMA, Source, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 
@@ -41,8 +41,9 @@ def check_id_kinds(labels: pd.DataFrame, other: pd.DataFrame, entity: str, what:
 
 def _cutoffs(
     df: pd.DataFrame, entity: str, as_of: object, as_of_column: str
-) -> tuple[pd.DataFrame, list[str]]:
-    """One row per requested output row: ``_row``, the entity, ``_ref`` (epoch seconds)."""
+) -> tuple[pd.DataFrame, list[str], Cut | RowCuts | None]:
+    """One row per requested output row: ``_row``, the entity, ``_ref`` (epoch seconds); the
+    output keys, and the cut-off(s) parsed once (:mod:`seqenc.data.cut`)."""
     if isinstance(as_of, pd.DataFrame):
         for column in (entity, as_of_column):
             if column not in as_of.columns:
@@ -50,15 +51,16 @@ def _cutoffs(
                     f"as_of table has no column {column!r} (columns: {list(as_of.columns)})"
                 )
         check_id_kinds(as_of, df, entity, "events'")
-        ref = epoch_column(as_of[as_of_column], as_of_column)
-        keys = pd.DataFrame({entity: as_of[entity].to_numpy(), "_ref": ref})
+        cut = parse_column(as_of[as_of_column], as_of_column)
+        keys = pd.DataFrame({entity: as_of[entity].to_numpy(), "_ref": cut.seconds})
         out_keys = [entity, as_of_column]
     else:
-        ref = df["_t"].max() if as_of is None else epoch_seconds(as_of)
+        cut = parse(as_of)
+        ref = df["_t"].max() if cut is None else cut.seconds
         keys = pd.DataFrame({entity: pd.unique(df[entity]), "_ref": ref})
         out_keys = [entity]
     keys["_row"] = np.arange(len(keys))
-    return keys, out_keys
+    return keys, out_keys, cut
 
 
 def _top_values(values: pd.Series, max_categories: int) -> pd.Series:
@@ -160,12 +162,16 @@ def _events_at_cutoffs(
     entity that it is at or before (``_ref``), in (row, time, input order)."""
     if as_of is not None and schema.timestamp is None:
         raise SeqencError("as_of needs a timestamp column, but the schema has timestamp=None")
-    df = read_events(events, schema).to_pandas()
+    df = read_events(events, schema, exact=as_of is not None).to_pandas()
     df["_t"] = df[schema.timestamp] if schema.timestamp else 0.0
     df["_seq"] = np.arange(len(df))
-    keys, out_keys = _cutoffs(df, schema.entity, as_of, as_of_column)
+    keys, out_keys, cut = _cutoffs(df, schema.entity, as_of, as_of_column)
     ev = df.merge(keys, on=schema.entity, how="inner")
-    ev = ev[ev["_t"] <= ev["_ref"]].sort_values(["_row", "_t", "_seq"], kind="stable")
+    if cut is not None:
+        times = (ev[EXACT].to_numpy(), NS) if EXACT in ev else (ev["_t"].to_numpy(), None)
+        row_cut = cut if isinstance(cut, Cut) else cut.take(ev["_row"].to_numpy())
+        ev = ev[at_or_before(times, row_cut)]
+    ev = ev.sort_values(["_row", "_t", "_seq"], kind="stable")
     return ev, keys, out_keys
 
 

@@ -42,7 +42,9 @@ def aggregates_at(
                                    value_stats=VALUE_STATS)  # fmt: skip
         rows = pd.DataFrame({schema.entity: entity})
     else:
-        when = pd.to_datetime(labels.as_of[samples.rows], unit="s", utc=True)
+        cut = labels.cut  # the exact cut-offs (numbers: epoch seconds, as the table gave them)
+        ns = None if cut.ns is None else pd.to_datetime(cut.ns[samples.rows], unit="ns", utc=True)
+        when = cut.seconds[samples.rows] if ns is None else ns
         rows = pd.DataFrame({schema.entity: entity, AS_OF: when})
         table = aggregate_features(
             source, schema, rows, as_of_column=AS_OF, max_categories=MAX_CATEGORIES,

@@ -52,10 +52,12 @@ def partition_events(
     directory: Path,
     n_partitions: int,
     progress: bool = True,
+    exact: bool = False,
 ) -> list[Path]:
-    """Stream ``files`` into ``n_partitions`` entity-complete Parquet files in ``directory``."""
+    """Stream ``files`` into ``n_partitions`` entity-complete Parquet files in ``directory`` (with
+    ``exact``, each event's ticks too: ``read_events(exact=True)``)."""
     directory.mkdir(parents=True, exist_ok=True)
-    scan = EventScan(files, schema)
+    scan = EventScan(files, schema, exact=exact)
     writers: dict[int, pq.ParquetWriter] = {}
     bar = tqdm(
         total=count_events(files),

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from seqenc.data.duplicates import duplicated_newest
-from seqenc.data.events import Events, epoch_seconds
+from seqenc.data.events import Events
 from seqenc.encoding import Chunk, Counts, EncodeOptions, Encoding, LoadedBundle
 from seqenc.export.options import ExportOptions
 from seqenc.export.partition import (
@@ -55,8 +55,7 @@ class PartitionChunks(IterableDataset):
     def _read(self) -> Iterator[Events]:
         """Each partition's events, its duplicated newest events counted, memory released
         after it."""
-        meta, as_of = self.encoding.bundle.meta, self.encoding.options.as_of
-        as_of = None if as_of is None else epoch_seconds(as_of)
+        meta, as_of = self.encoding.bundle.meta, self.encoding.options.cut
         for path in self.partitions:
             events = read_partition(path, meta.schema)
             self.n_duplicated_newest += duplicated_newest(events.table, meta.schema, as_of)
@@ -118,7 +117,10 @@ class ExportDataModule(pl.LightningDataModule):
         self.scratch.acquire()
         n_partitions = max(1, math.ceil(count_events(self.files) / self.run.chunk_events))
         schema = self.bundle.meta.schema
-        partition_events(self.files, schema, self.partition_dir, n_partitions, self.run.progress)
+        exact = self.options.cut is not None  # the partitions keep the ticks the cut compares
+        partition_events(
+            self.files, schema, self.partition_dir, n_partitions, self.run.progress, exact
+        )
 
     def setup(self, stage: str) -> None:
         self.partitions = sorted(self.partition_dir.glob("events-*.parquet"))

@@ -8,20 +8,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seqenc.data.cut import Cut
+from seqenc.data.events import Events, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import SequenceStore
 from seqenc.errors import SeqencError
 from seqenc.incremental.state import EncoderState
 
 
-def tie_keys(table: pa.Table, schema: EventSchema, ref: float | None, like: pa.Schema) -> pa.Table:
-    """The tie-order columns (``schema.tie_order``) of the events up to ``ref``, in the order of
+def tie_keys(table: pa.Table, schema: EventSchema, cut: Cut | None, like: pa.Schema) -> pa.Table:
+    """The tie-order columns (``schema.tie_order``) of the events up to ``cut``, in the order of
     their store (entity, time, tie order): the raw values ``encode`` breaks equal times by, typed
     as the state's (``like``, unless it has none yet). Empty without timestamps."""
     if schema.timestamp is None:
         return table.select(schema.tie_order).slice(0, 0)
-    if ref is not None:
-        table = table.filter(pc.less_equal(table[schema.timestamp], ref))
+    table = read_events(Events(table, schema), schema, until=cut)
     order = [schema.entity, schema.timestamp, *schema.tie_order]
     keys = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in order]))
     keys = keys.select(schema.tie_order)

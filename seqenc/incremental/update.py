@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 
 from seqenc.data.batches import collate
-from seqenc.data.columns import epoch_seconds
+from seqenc.data.cut import Cut, at_or_before
 from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sampling import token_batches
 from seqenc.data.schema import EventSchema
@@ -53,10 +53,11 @@ def update_state(
     meta = encoder.meta
     check_incremental(encoder.model)
     check_state(state, meta)
-    ref = None if options.as_of is None else epoch_seconds(options.as_of)
-    new, counts, new_keys = _new_events(encoder, state, events, options, ref)
+    cut = options.cut
+    ref = None if cut is None else cut.seconds
+    new, counts, new_keys = _new_events(encoder, state, events, options)
     m = merge(state, new, meta.history_len)
-    _check_order(m.ids, m.had & m.got, m.old_last, m.first_new, ref)
+    _check_order(m.ids, m.had & m.got, m.old_last, m.first_new, cut)
     window, tail, old_src, reordered = merged_windows(state, new, new_keys, m, meta.schema)
     newest = window["timestamps"][m.offsets[1:] - 1] if len(m.ids) else np.zeros(0)
     query_gap = (np.zeros(len(m.ids)) if ref is None else ref - newest).astype(np.float32)
@@ -81,16 +82,15 @@ def _new_events(
     state: EncoderState,
     events: Source | None,
     options: EncodeOptions,
-    ref: float | None,
 ) -> tuple[SequenceStore, Counts, pa.Table]:
     """``(store, counts, tie_keys)`` of the new events (an empty store for ``None``)."""
     meta = encoder.meta
     if events is None:
         return _no_events(state, meta.schema), Counts(), state.tail.schema.empty_table()
-    table = read_events(events, meta.schema)
+    table = read_events(events, meta.schema, exact=options.cut is not None)  # cut on its ticks
     new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, options)
     counts.report()
-    return new, counts, tie_keys(table, meta.schema, ref, state.tail.schema)
+    return new, counts, tie_keys(table, meta.schema, options.cut, state.tail.schema)
 
 
 def _encode_windows(
@@ -169,7 +169,7 @@ def _when(seconds: float) -> str:
 
 
 def _check_order(
-    ids: pa.Array, both: np.ndarray, old_last: np.ndarray, first_new: np.ndarray, ref: float | None
+    ids: pa.Array, both: np.ndarray, old_last: np.ndarray, first_new: np.ndarray, cut: Cut | None
 ) -> None:
     """New events may not precede the state's newest event of their entity, nor ``as_of`` it."""
     early = np.flatnonzero(both & (first_new < old_last))
@@ -180,11 +180,11 @@ def _check_order(
             f"their newest event in the state, e.g. entity {ids[i].as_py()!r}: {_when(first_new[i])} "
             f"< {_when(old_last[i])}; build the state again from the whole log"
         )
-    late = np.flatnonzero(old_last > ref) if ref is not None else []
+    late = np.flatnonzero(~at_or_before((old_last, None), cut)) if cut is not None else []
     if len(late):
         i = late[0]
         raise SeqencError(
-            f"as_of={_when(ref)} is earlier than events already in the state (entity "
+            f"as_of={_when(cut.seconds)} is earlier than events already in the state (entity "
             f"{ids[i].as_py()!r} at {_when(old_last[i])}); a state cannot drop events"
         )
 
