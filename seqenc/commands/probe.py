@@ -15,6 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file, file_target
+from seqenc.data.cut import parse, parse_column, same_cut, same_instants
 from seqenc.data.frames import check_column_names
 from seqenc.data.labels import AS_OF
 from seqenc.data.paths import expand_paths
@@ -114,6 +115,7 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
         emb = _read_table(args.embeddings, "embeddings").rename(columns={"entity_id": args.entity})
         check_column_names(emb.columns, [args.entity, "embedding"], f"{args.embeddings!r}")
         check_id_kinds(labels, emb, args.entity, f"embeddings' ({args.embeddings})")
+        _check_taken_at(args, labels, per_row and args.as_of_column not in emb.columns)
         if per_row and args.as_of_column not in emb.columns:
             # One embedding per entity (one cut-off): it serves every label row of the entity.
             emb = (
@@ -131,6 +133,45 @@ def _run(args: argparse.Namespace) -> pd.DataFrame:
         seed=args.seed,
         reference="aggregates" if "aggregates" in sets else None,
     )
+
+
+def _taken_at(path: str) -> tuple[bool, object]:
+    """``(known, as_of)``: the cut-off an exported embedding file was taken at, from its
+    ``seqenc.as_of`` metadata (``None``: whole histories); unknown for CSV or other Parquet."""
+    if path.endswith(".csv"):
+        return False, None
+    metadata = pq.read_schema(path).metadata or {}
+    if b"seqenc.as_of" not in metadata:
+        return False, None
+    return True, metadata[b"seqenc.as_of"].decode() or None
+
+
+def _check_taken_at(args: argparse.Namespace, labels: pd.DataFrame, shared: bool) -> None:
+    """Refuse embeddings taken at another cut-off than the labels' rows (``shared``: one
+    embedding per entity serves the rows' per-row cut-offs) or the aggregates' ``--as-of``:
+    their paired differences would compare features of different instants. Embeddings with
+    the cut-off column are joined on it, row by row."""
+    known, at = _taken_at(args.embeddings)
+    where = f"the embeddings {args.embeddings!r}"
+    taken = f"were taken at as_of={at}" if at is not None else "were taken from whole histories"
+    if shared:
+        rows = parse_column(labels[args.as_of_column], args.as_of_column)
+        off = ~same_instants(parse(at), rows) if known else np.ones(len(labels), bool)
+        if off.any():
+            row = int(np.flatnonzero(off)[0])
+            raise SeqencError(
+                f"{where} {taken if known else 'carry no cut-off (no seqenc.as_of metadata)'}, "
+                f"but {int(off.sum())} of {len(labels)} label rows have another cut-off in "
+                f"{args.as_of_column!r} (first: row {row}, "
+                f"{labels[args.as_of_column].iloc[row]!r}): embed each row at its own cut-off "
+                "(seqenc.evaluate.embed_at writes that column), or drop --embeddings"
+            )
+    elif known and not same_cut(parse(at), parse(args.as_of)):
+        raise SeqencError(
+            f"{where} {taken}, but the aggregates are taken at "
+            f"{'as_of=' + str(args.as_of) if args.as_of else 'whole histories'} (--as-of): "
+            "give the same cut-off to both"
+        )
 
 
 def format_table(table: pd.DataFrame, folds: int, seed: int) -> str:

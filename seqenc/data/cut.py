@@ -174,7 +174,7 @@ def parse_column(values: pd.Series, name: str) -> RowCuts:
     else:
         ts = pd.to_datetime(values, utc=True, errors="coerce")
         bad = ts.isna().to_numpy()
-        ns = ts.dt.as_unit("ns").to_numpy().astype("datetime64[ns]").view(np.int64)
+        ns = ts.dt.tz_localize(None).dt.as_unit("ns").to_numpy().view(np.int64)
         out = np.where(bad, np.nan, seconds(ns, NS))
     bad = ~np.isfinite(out)
     if bad.any():
@@ -217,3 +217,23 @@ def ends_at_or_before(
         open_ = lo < hi
         lo, hi = np.where(open_ & kept, mid + 1, lo), np.where(open_ & ~kept, mid, hi)
     return lo
+
+
+def same_cut(a: Cut | None, b: Cut | None) -> bool:
+    """Whether two cut-offs are the same instant (``None``, whole histories, only as ``None``)."""
+    return a is b is None or (a is not None and b is not None and a.at == b.at)
+
+
+def same_instants(cut: Cut | None, rows: RowCuts) -> np.ndarray:
+    """Which ``rows`` cut-offs are exactly ``cut`` (``None``, whole histories: none), each way
+    by :func:`at_or_before`: the row's cut-off is at or before ``cut``, and ``cut`` at or before
+    the row's."""
+    n = len(rows.seconds)
+    if cut is None:
+        return np.zeros(n, bool)
+    if rows.ns is not None:
+        return at_or_before((rows.ns, NS), cut) & at_or_before(
+            (np.full(n, cut.ticks(NS)), NS), rows
+        )
+    here = (np.full(n, cut.float_floor), None)
+    return at_or_before((rows.seconds, None), cut) & at_or_before(here, rows)

@@ -200,10 +200,9 @@ class SequenceDataModule(pl.LightningDataModule):
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self._events
         vocabs, shard = self._restored_vocabs, self.shard
-        exact = self.labels is not None and self.label_table.cut is not None  # per-row ticks
-        if shard is not None or exact:
-            events = Events(read_events(events, schema, shard, exact=exact), schema)
-            vocabs = vocabs if shard is None else self.vocabs
+        # Read with the exact ticks: events ordered to the tick, label rows cut on them.
+        events = Events(read_events(events, schema, shard, exact=True), schema)
+        vocabs = vocabs if shard is None else self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
         require_known_items(built[0], self.vocabs_from)
         self._built_shard = shard

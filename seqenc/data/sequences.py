@@ -153,12 +153,14 @@ def build_sequences(
 def _ordered(
     table: pa.Table, schema: EventSchema, codes: np.ndarray, n_entities: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, times)``: the permutation sorting the events by entity, time and tie order, and
-    their times in that order (all 0 without a timestamp column)."""
+    """``(order, times)``: the permutation sorting the events by entity, time (their exact ticks
+    when read ``exact``: events 1 ns apart are not tied) and tie order, and their times in that
+    order (all 0 without a timestamp column)."""
     if schema.timestamp is None:
         return _stable_order(codes, None, n_entities), np.zeros(len(codes))
     times = table[schema.timestamp].to_numpy()
-    order = _stable_order(codes, times, n_entities, lambda: _tie_order(table, schema))
+    key = table[EXACT].to_numpy() if EXACT in table.column_names else times
+    order = _stable_order(codes, key, n_entities, lambda: _tie_order(table, schema))
     return order, times[order]
 
 

@@ -93,7 +93,7 @@ def sequences(
     ``keep_newest`` truncates the stored histories (``None`` keeps them whole).
     """
     as_of, schema = options.as_of, meta.schema
-    table = read_events(events, schema, exact=options.cut is not None)  # cut on its ticks
+    table = read_events(events, schema, exact=True)  # ordered and cut on the events' ticks
     store, _ = build_sequences(
         Events(table, schema), schema, keep_newest=keep_newest, as_of=options.cut, vocabs=vocabs
     )

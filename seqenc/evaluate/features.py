@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc.data.cut import EXACT, NS, Cut, RowCuts, at_or_before, parse, parse_column
-from seqenc.data.events import DEFAULT_SCHEMA, Source, read_events
+from seqenc.data.events import DEFAULT_SCHEMA, Events, Source, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 
@@ -171,6 +171,8 @@ def _events_at_cutoffs(
         times = (ev[EXACT].to_numpy(), NS) if EXACT in ev else (ev["_t"].to_numpy(), None)
         row_cut = cut if isinstance(cut, Cut) else cut.take(ev["_row"].to_numpy())
         ev = ev[at_or_before(times, row_cut)]
+        if ev.empty:
+            raise SeqencError("no entity has an event at or before its as_of: no aggregate")
     ev = ev.sort_values(["_row", "_t", "_seq"], kind="stable")
     return ev, keys, out_keys
 
@@ -281,14 +283,16 @@ def embed_at(
             raise SeqencError(
                 f"cutoffs have no column {column!r} (columns: {list(cutoffs.columns)})"
             )
-    table = read_events(events, schema)
+    table = read_events(events, schema, exact=True)  # each call cuts on the events' ticks
     ids = table[schema.entity].to_pandas()
     parts = []
     for when, group in cutoffs.groupby(as_of_column, sort=True):
         mine = table.filter(ids.isin(group[entity]).to_numpy())
         if mine.num_rows == 0:
             continue
-        df = encoder.encode(mine, as_of=when, batch_size=batch_size, on_empty="skip")
+        df = encoder.encode(
+            Events(mine, schema), as_of=when, batch_size=batch_size, on_empty="skip"
+        )
         df = df.rename(columns={"entity_id": entity})[[entity, *columns]]
         parts.append(group[[entity, as_of_column]].merge(df, on=entity, how="inner"))
     if not parts:

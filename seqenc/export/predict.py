@@ -117,9 +117,9 @@ class ExportDataModule(pl.LightningDataModule):
         self.scratch.acquire()
         n_partitions = max(1, math.ceil(count_events(self.files) / self.run.chunk_events))
         schema = self.bundle.meta.schema
-        exact = self.options.cut is not None  # the partitions keep the ticks the cut compares
+        # The partitions keep the ticks that order the events and that the cut compares.
         partition_events(
-            self.files, schema, self.partition_dir, n_partitions, self.run.progress, exact
+            self.files, schema, self.partition_dir, n_partitions, self.run.progress, exact=True
         )
 
     def setup(self, stage: str) -> None:

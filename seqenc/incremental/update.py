@@ -87,7 +87,7 @@ def _new_events(
     meta = encoder.meta
     if events is None:
         return _no_events(state, meta.schema), Counts(), state.tail.schema.empty_table()
-    table = read_events(events, meta.schema, exact=options.cut is not None)  # cut on its ticks
+    table = read_events(events, meta.schema, exact=True)  # ordered and cut on the ticks
     new, counts = sequences(Events(table, meta.schema), meta, encoder.vocabs, options)
     counts.report()
     return new, counts, tie_keys(table, meta.schema, options.cut, state.tail.schema)

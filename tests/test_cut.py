@@ -1,0 +1,476 @@
+"""One cut (issue 54): every reader keeps exactly the events at or before ``as_of``, to the tick.
+
+Each log has events on a grid of its time unit (s, ms, us, ns, or ISO text to the nanosecond)
+around one instant ``E``; the cut-off is ``E`` - 1 ns, ``E`` or ``E`` + 1 ns. The reference is a
+numpy comparison of integer nanoseconds. Near 2024 a float64 of epoch seconds cannot tell
+instants 1 ns apart (its spacing is 238 ns), so a reader cutting on float seconds fails here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqenc.cli import main as cli_main
+from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.events import read_events
+from seqenc.data.labels import labelled_view
+from seqenc.data.schema import EventSchema
+from seqenc.encoding import EncodeOptions
+from seqenc.encoding.run import load_on
+from seqenc.encoding.spark import encode_sorted
+from seqenc.errors import SeqencError
+from seqenc.evaluate import aggregate_features, embed_at
+from seqenc.evaluate.drift import known_items
+from seqenc.export import export_embeddings
+from seqenc.inference import load_encoder
+from tests.tiny import random_bundle
+
+SCHEMA = EventSchema()
+FORMATS = ("s", "ms", "us", "ns", "iso")
+STEP_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1, "iso": 1}
+# 2024-01-01 plus a fraction of a second on the nanosecond grid: E is on the grid of every unit
+# by rounding down to it below.
+BASE_NS = 1_704_067_200 * 10**9 + 123_456_789
+N_ITEMS = 6
+FAST = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def instant(fmt: str) -> int:
+    """``E`` in nanoseconds, on the grid of ``fmt``."""
+    return BASE_NS - BASE_NS % STEP_NS[fmt]
+
+
+def event_log(
+    fmt: str, steps: list[list[int]], items: list[list[int]]
+) -> tuple[pa.Table, np.ndarray]:
+    """``(table, ns)``: entity ``i`` has an event ``steps[i][j]`` grid steps from ``E`` with item
+    ``items[i][j]``; the timestamp column in ``fmt``; ``ns`` each row's time in nanoseconds."""
+    entity = np.repeat(np.arange(len(steps)), [len(s) for s in steps])
+    ns = instant(fmt) + np.concatenate([np.asarray(s, np.int64) for s in steps]) * STEP_NS[fmt]
+    if fmt == "iso":  # naive ISO text to the nanosecond (UTC)
+        times = pa.array([str(pd.Timestamp(int(t))) for t in ns])
+    else:
+        ticks = ns // STEP_NS[fmt]
+        times = pa.array(ticks, pa.int64()).cast(pa.timestamp(fmt, "UTC"))
+    item = np.concatenate([np.asarray(i, np.int64) for i in items])
+    table = pa.table({"entity_id": entity, "item_id": item, "timestamp": times})
+    return table, ns
+
+
+def reference(table: pa.Table, ns: np.ndarray, cut_ns: np.ndarray | int) -> pd.Series:
+    """Events at or before the cut per entity (entities with none left out): integer ticks."""
+    kept = ns <= cut_ns
+    ids = table["entity_id"].to_numpy()[kept]
+    return pd.Series(ids).value_counts().sort_index().rename_axis("entity_id")
+
+
+def as_given(cut_ns: int, form: str) -> object:
+    """The cut-off as a user gives it."""
+    ts = pd.Timestamp(cut_ns, unit="ns", tz="UTC")
+    return {"timestamp": ts, "iso": str(ts.tz_localize(None)), "datetime64": ts.asm8}[form]
+
+
+@st.composite
+def cases(draw):
+    """``(fmt, steps, items, delta, form)``: a small log around ``E`` and a cut within 1 ns of it."""
+    fmt = draw(st.sampled_from(FORMATS))
+    n = draw(st.integers(1, 4))
+    steps = [draw(st.lists(st.integers(-3, 3), min_size=1, max_size=6)) for _ in range(n)]
+    items = [[draw(st.integers(1, N_ITEMS)) for _ in s] for s in steps]
+    delta = draw(st.sampled_from((-1, 0, 1)))
+    form = draw(st.sampled_from(("timestamp", "iso", "datetime64")))
+    return fmt, steps, items, delta, form
+
+
+def every_item_log() -> pd.DataFrame:
+    """A log holding every item, for the bundles' vocabularies."""
+    t = pd.Timestamp(BASE_NS, unit="ns", tz="UTC") - pd.Timedelta(days=1)
+    return pd.DataFrame(
+        {
+            "entity_id": np.arange(N_ITEMS) % 2,
+            "item_id": np.arange(1, N_ITEMS + 1),
+            "timestamp": t + pd.to_timedelta(np.arange(N_ITEMS), unit="s"),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("cut") / "bundle"
+    random_bundle(path, every_item_log(), SCHEMA, 16, n_layers=1, causal=True)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def encoder(bundle):
+    return load_encoder(bundle, "cpu")
+
+
+def counts_of(frame: pd.DataFrame, column: str = "n_events_read") -> pd.Series:
+    return frame.set_index("entity_id")[column].sort_index().astype(np.int64).rename(None)
+
+
+def same(got: pd.Series, want: pd.Series) -> None:
+    assert got.index.tolist() == want.index.tolist()
+    assert got.to_numpy().tolist() == want.to_numpy().tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The parse and the one function
+
+
+@FAST
+@given(st.sampled_from(FORMATS), st.integers(-3, 3), st.sampled_from((-1, 0, 1)))
+def test_at_or_before_is_the_integer_comparison(fmt, step, delta):
+    from seqenc.data import cut as cut_module
+
+    table, ns = event_log(fmt, [[step]], [[1]])
+    cut_ns = instant(fmt) + delta
+    cut = cut_module.parse(as_given(cut_ns, "iso"))
+    col = table["timestamp"]
+    if fmt == "iso":
+        col = col.cast(pa.timestamp("ns"))
+    ticks = col.cast(pa.int64()).to_numpy()
+    per_second = cut_module.TICKS_PER_SECOND["ns" if fmt == "iso" else fmt]
+    assert cut_module.at_or_before((ticks, per_second), cut).tolist() == (ns <= cut_ns).tolist()
+
+
+def test_a_number_cut_compares_float_seconds_exactly():
+    from seqenc.data import cut as cut_module
+
+    cut = cut_module.parse(1_704_067_200.5)
+    times = np.array([1_704_067_200.5, np.nextafter(1_704_067_200.5, np.inf)])
+    assert cut_module.at_or_before((times, None), cut).tolist() == [True, False]
+    assert cut_module.at_or_before(
+        (np.array([1_704_067_200_500, 1_704_067_200_501]), 1000), cut
+    ).tolist() == [True, False]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every reader
+
+
+@FAST
+@given(cases())
+def test_read_events_until(case):
+    fmt, steps, items, delta, form = case
+    table, ns = event_log(fmt, steps, items)
+    cut_ns = instant(fmt) + delta
+    want = reference(table, ns, cut_ns)
+    for source in (table, table.to_pandas()):
+        got = read_events(source, SCHEMA, until=as_given(cut_ns, form))
+        same(pd.Series(got["entity_id"].to_numpy()).value_counts().sort_index(), want)
+
+
+@FAST
+@given(cases())
+def test_encode(encoder, case):
+    fmt, steps, items, delta, form = case
+    table, ns = event_log(fmt, steps, items)
+    cut_ns = instant(fmt) + delta
+    want = reference(table, ns, cut_ns)
+    if want.empty:
+        with pytest.raises(SeqencError, match="no event at or before"):
+            encoder.encode(table, as_of=as_given(cut_ns, form))
+        return
+    got = encoder.encode(table, as_of=as_given(cut_ns, form), on_empty="skip")
+    same(counts_of(got), want)
+
+
+@FAST
+@given(cases())
+def test_spark_partitions(bundle, case):
+    fmt, steps, items, delta, form = case
+    table, ns = event_log(fmt, steps, items)
+    cut_ns = instant(fmt) + delta
+    options = EncodeOptions(as_of=as_given(cut_ns, form), on_empty="skip")
+    loaded = load_on(bundle, "cpu", options)
+    out = list(encode_sorted(table.to_batches(max_chunksize=3), loaded, options, "entity_id", 4))
+    got = (
+        pa.Table.from_batches(out).to_pandas()
+        if out
+        else pd.DataFrame({"entity_id": [], "n_events_read": []})
+    )
+    same(counts_of(got), reference(table, ns, cut_ns))
+
+
+@FAST
+@given(cases())
+def test_update(encoder, case):
+    """A state of the events well before ``E``, then the rest with the cut: as ``encode``."""
+    fmt, steps, items, delta, form = case
+    table, ns = event_log(fmt, steps, items)
+    cut_ns = instant(fmt) + delta
+    want = reference(table, ns, cut_ns)
+    early = ns < instant(fmt) - 2 * STEP_NS[fmt]
+    first = table.filter(pa.array(early))
+    if first.num_rows == 0 or want.empty:
+        return
+    state = encoder.state(first, on_empty="skip")
+    got, _ = encoder.update(
+        state, table.filter(pa.array(~early)), as_of=as_given(cut_ns, form), on_empty="skip"
+    )
+    same(counts_of(got), want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_export(bundle, tmp_path, fmt):
+    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]]
+    table, ns = event_log(fmt, steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
+    pq.write_table(table, tmp_path / "events.parquet")
+    for delta in (-1, 0, 1):
+        cut_ns = instant(fmt) + delta
+        out = tmp_path / f"out{delta}.parquet"
+        export_embeddings(
+            bundle, tmp_path / "events.parquet", out, as_of=as_given(cut_ns, "iso"), progress=False
+        )
+        same(counts_of(pq.read_table(out).to_pandas()), reference(table, ns, cut_ns))
+
+
+def per_row_labels(table: pa.Table, deltas: list[int], fmt: str) -> pd.DataFrame:
+    """One label row per entity, each with its own cut-off ``E + delta`` (nanoseconds)."""
+    ids = np.unique(table["entity_id"].to_numpy())
+    when = pd.to_datetime(
+        instant(fmt) + np.asarray(deltas[: len(ids)], np.int64), unit="ns", utc=True
+    )
+    return pd.DataFrame({"entity_id": ids, "as_of": when, "y": np.arange(len(ids)) % 2})
+
+
+rows = st.tuples(cases(), st.lists(st.sampled_from((-1, 0, 1)), min_size=4, max_size=4))
+
+
+@FAST
+@given(rows)
+def test_fine_tuning_label_rows(case):
+    (fmt, steps, items, _, _), deltas = case
+    table, ns = event_log(fmt, steps, items)
+    labels = per_row_labels(table, deltas, fmt)
+    cut_ns = labels.set_index("entity_id")["as_of"].astype("int64")
+    row_of_event = cut_ns.loc[table["entity_id"].to_numpy()].to_numpy()
+    if labels["y"].nunique() < 2:  # a second class: the same entities a day later
+        later = labels.assign(y=1 - labels["y"], as_of=labels["as_of"] + pd.Timedelta(days=1))
+        labels = pd.concat([labels, later], ignore_index=True)
+    dm = SequenceDataModule(
+        table.to_pandas(), schema=SCHEMA, labels=labels, label_column="y", history_len=16
+    )
+    try:
+        samples = labelled_view(dm.store, dm.label_table)
+    except SeqencError as e:  # every row before its entity's first event: refused
+        assert "lies before its entity's first event" in str(e)
+        assert reference(table, ns, row_of_event).empty
+        return
+    n = len(cut_ns)  # the rows at E + delta (the later rows of a second class come after)
+    mine = samples.rows < n
+    ids = labels["entity_id"].to_numpy()[samples.rows[mine]]
+    got = pd.Series((samples.view.ends - samples.view.starts)[mine], index=ids).sort_index()
+    same(got, reference(table, ns, row_of_event))
+
+
+@FAST
+@given(rows)
+def test_aggregates_and_the_probe_events(case):
+    """The aggregates at one cut-off and at per-row cut-offs (what ``seqenc probe --events``
+    computes for a label table with ``as_of``)."""
+    (fmt, steps, items, delta, form), deltas = case
+    table, ns = event_log(fmt, steps, items)
+    cut_ns = instant(fmt) + delta
+    want = reference(table, ns, cut_ns)
+    if not want.empty:
+        got = aggregate_features(table, SCHEMA, as_of=as_given(cut_ns, form))
+        same(counts_of(got, "n_events"), want)
+    labels = per_row_labels(table, deltas, fmt)
+    per_event = (
+        labels.set_index("entity_id")["as_of"].astype("int64").loc[table["entity_id"].to_numpy()]
+    )
+    want = reference(table, ns, per_event.to_numpy())
+    if want.empty:
+        return
+    got = aggregate_features(table, SCHEMA, as_of=labels[["entity_id", "as_of"]])
+    same(counts_of(got, "n_events"), want)
+
+
+@FAST
+@given(rows)
+def test_embed_at(encoder, case):
+    (fmt, steps, items, _, _), deltas = case
+    table, ns = event_log(fmt, steps, items)
+    labels = per_row_labels(table, deltas, fmt)
+    per_event = (
+        labels.set_index("entity_id")["as_of"].astype("int64").loc[table["entity_id"].to_numpy()]
+    )
+    want = reference(table, ns, per_event.to_numpy())
+    if want.empty:
+        return
+    got = embed_at(encoder, table, labels[["entity_id", "as_of"]], columns=("n_events_read",))
+    same(counts_of(got), want)
+
+
+@FAST
+@given(cases())
+def test_drift_known_items(encoder, case):
+    """The share of known items among the events at or before the cut: the events at ``E`` and
+    later carry an item the model never saw."""
+    fmt, steps, items, delta, form = case
+    table, ns = event_log(fmt, steps, items)
+    table = table.set_column(
+        1, "item_id", pa.array(np.where(ns >= instant(fmt), 999, table["item_id"].to_numpy()))
+    )
+    cut_ns = instant(fmt) + delta
+    kept = ns <= cut_ns
+    want = float((ns[kept] < instant(fmt)).mean()) if kept.any() else 0.0
+    got = known_items({"m": encoder}, table, as_of=as_given(cut_ns, form))["m"]
+    assert got == pytest.approx(want, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe refuses embeddings taken at other cut-offs than the labels'
+
+
+def probe(argv: list[str]) -> None:
+    cli_main(["probe", *argv])
+
+
+@pytest.mark.parametrize("taken", ["whole", "earlier", "csv"])
+def test_probe_refuses_embeddings_not_taken_at_the_label_cut_offs(encoder, tmp_path, capsys, taken):
+    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]] * 3
+    table, _ = event_log("ns", steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
+    labels = per_row_labels(table, [0] * len(steps), "ns")
+    labels.to_parquet(tmp_path / "labels.parquet")
+    as_of = None if taken == "whole" else str(pd.Timestamp(instant("ns") - 1, unit="ns"))
+    emb = encoder.encode(table, as_of=as_of, on_empty="skip", output="arrow")
+    if taken == "csv":
+        emb.to_pandas().assign(embedding=lambda d: d["embedding"].map(list)).to_csv(
+            tmp_path / "emb.csv"
+        )
+    path = tmp_path / ("emb.csv" if taken == "csv" else "emb.parquet")
+    if taken != "csv":
+        pq.write_table(emb, path)
+    with pytest.raises(SystemExit) as exit_info:
+        probe(
+            [
+                "--labels",
+                str(tmp_path / "labels.parquet"),
+                "--label-column",
+                "y",
+                "--embeddings",
+                str(path),
+            ]
+        )
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "label rows have another cut-off" in err and "embed_at" in err
+
+
+def test_probe_takes_embeddings_taken_at_the_label_cut_offs(encoder, tmp_path, capsys):
+    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]] * 10
+    table, _ = event_log("ns", steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
+    labels = per_row_labels(table, [1] * len(steps), "ns")
+    labels.to_parquet(tmp_path / "labels.parquet")
+    at = str(pd.Timestamp(instant("ns") + 1, unit="ns"))
+    pq.write_table(encoder.encode(table, as_of=at, output="arrow"), tmp_path / "emb.parquet")
+    probe(
+        [
+            "--labels",
+            str(tmp_path / "labels.parquet"),
+            "--label-column",
+            "y",
+            "--embeddings",
+            str(tmp_path / "emb.parquet"),
+            "--folds",
+            "2",
+        ]
+    )
+    assert "embeddings" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The cut is one function
+
+
+def test_every_reader_goes_through_the_one_function(encoder, bundle, tmp_path, monkeypatch):
+    """With ``at_or_before`` replaced by one that keeps nothing, no reader keeps an event: a
+    reader comparing times with ``as_of`` on its own would."""
+    from seqenc.data import cut as cut_module
+
+    original = cut_module.at_or_before
+    calls = []
+
+    def nothing(times, cut):
+        calls.append(type(cut).__name__)
+        return np.zeros(len(times[0]), bool)
+
+    for module in list(sys.modules.values()):
+        if (module.__name__ or "").startswith("seqenc") and getattr(
+            module, "at_or_before", None
+        ) is original:
+            monkeypatch.setattr(module, "at_or_before", nothing)
+    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]]
+    table, _ = event_log("ns", steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
+    late = as_given(instant("ns") + 10**12, "iso")  # after every event: everything is in
+    assert read_events(table, SCHEMA, until=late).num_rows == 0
+    with pytest.raises(SeqencError, match="no event at or before"):
+        encoder.encode(table, as_of=late)
+    options = EncodeOptions(as_of=late, on_empty="skip")
+    assert (
+        list(
+            encode_sorted(
+                table.to_batches(), load_on(bundle, "cpu", options), options, "entity_id", 4
+            )
+        )
+        == []
+    )
+    pq.write_table(table, tmp_path / "events.parquet")
+    export_embeddings(
+        bundle, tmp_path / "events.parquet", tmp_path / "out.parquet", as_of=late, progress=False
+    )
+    assert pq.read_table(tmp_path / "out.parquet").num_rows == 0
+    labels = per_row_labels(table, [10**12] * 4, "ns")
+    with pytest.raises(SeqencError, match="first event"):
+        dm = SequenceDataModule(
+            table.to_pandas(), schema=SCHEMA, labels=labels, label_column="y", history_len=16
+        )
+        labelled_view(dm.store, dm.label_table)
+    with pytest.raises(SeqencError):
+        aggregate_features(table, SCHEMA, as_of=labels[["entity_id", "as_of"]])
+    with pytest.raises(SeqencError):
+        aggregate_features(table, SCHEMA, as_of=late)
+    assert embed_at(encoder, table, labels[["entity_id", "as_of"]]).empty
+    assert known_items({"m": encoder}, table, as_of=late)["m"] == 0.0
+    state = encoder.state(table.filter(pa.array(np.arange(table.num_rows) == 0)), on_empty="skip")
+    with pytest.raises(SeqencError):
+        encoder.update(state, table, as_of=late)
+    assert {"Cut", "RowCuts"} <= set(calls)
+
+
+def test_no_other_module_parses_a_point_in_time():
+    """``as_of`` is parsed in seqenc/data/cut.py alone: no other module defines a parser of it or
+    converts it with pandas."""
+    from pathlib import Path
+
+    from seqenc.data import cut as cut_module
+
+    root = Path(cut_module.__file__).parents[1]
+    for path in root.rglob("*.py"):
+        if path.name == "cut.py":
+            continue
+        text = path.read_text()
+        for name in (
+            "def epoch_seconds",
+            "def instant_ticks",
+            "def epoch_column",
+            "def at_or_before",
+        ):
+            assert name not in text, (path, name)
