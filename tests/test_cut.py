@@ -474,3 +474,34 @@ def test_no_other_module_parses_a_point_in_time():
             "def at_or_before",
         ):
             assert name not in text, (path, name)
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(-(2**55), 2**55), st.integers(1, N_ITEMS)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_histories_are_ordered_to_the_tick(rows):
+    """Events 1 ns apart (or spans beyond 2**53 ns, where float seconds and float spans round)
+    are ordered by their ticks in the store the encode and the fine-tuning read."""
+    from seqenc.data.events import Events
+    from seqenc.data.sequences import build_sequences
+
+    entity, offset, item = (np.array(c, np.int64) for c in zip(*rows))
+    ns = BASE_NS + offset
+    table = pa.table(
+        {
+            "entity_id": entity,
+            "item_id": item,
+            "timestamp": pa.array(ns).cast(pa.timestamp("ns", "UTC")),
+        }
+    )
+    store, vocabs = build_sequences(Events(read_events(table, SCHEMA, exact=True), SCHEMA), SCHEMA)
+    assert np.all(
+        np.diff(store.ticks)[np.diff(np.repeat(np.arange(len(store)), store.lengths)) == 0] >= 0
+    )
+    want = np.lexsort((ns, entity))
+    assert store.ticks.tolist() == ns[want].tolist()

@@ -2,8 +2,8 @@
 
 Every problem raises :class:`~seqenc.errors.SeqencError` naming the column and showing the first
 offending row, numbered in the whole input (``offset`` is the block's first row), so a streaming
-reader reports the same row as a whole-file read. Also :func:`epoch_seconds`, the one parser of a
-point in time (``as_of``) with the same rules as the timestamp column.
+reader reports the same row as a whole-file read. A point in time (``as_of``) is parsed, with the
+same rules as the timestamp column, and applied by :mod:`seqenc.data.cut`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ DEFAULT_SCHEMA = EventSchema()  # frozen, so safe as a shared default argument
 @dataclass(frozen=True)
 class Events:
     """A table already typed and validated by :func:`read_events` for ``schema``: reading it again
-    returns it as is (each event is checked once). Build one only from such a table."""
+    returns it as is (each event is checked once), and a cut compares the ticks it holds when read
+    ``exact`` (else its float seconds). Build one only from such a table."""
 
     table: pa.Table
     schema: EventSchema

@@ -48,6 +48,10 @@ class Labels:
     spec: dict[str, Any]
     cut: RowCuts | None = None
 
+    def __post_init__(self) -> None:
+        if self.as_of is not None and self.cut is None:  # cut-offs given as epoch seconds
+            self.cut = RowCuts(None, np.asarray(self.as_of, dtype=np.float64))
+
     def __len__(self) -> int:
         return len(self.entity)
 

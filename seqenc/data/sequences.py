@@ -302,7 +302,7 @@ def _stable_order(
     (a permutation of the events, computed only when needed), or the input order.
 
     An LSD radix sort, 16 bits a pass (numpy's stable argsort of uint16 is a radix sort), on one
-    int64 key ``code * time_span + time`` when times are whole seconds; otherwise a stable
+    int64 key ``code * time_span + time`` when times are whole seconds or integer ticks; otherwise a stable
     comparison sort by time followed by the radix passes over the codes.
     """
     step = np.diff(codes)
@@ -317,8 +317,12 @@ def _stable_order(
     if times is None:
         return _radix_order(codes, start)
     offset = times - times.min()
-    span = float(offset.max()) + 1
-    if n_entities * span < 2**62 and (offset == np.floor(offset)).all():
+    if np.issubdtype(offset.dtype, np.integer):  # exact ticks, in their common step (1 s, ...)
+        offset = offset // max(int(np.gcd.reduce(offset)), 1)
+        span, whole = int(offset.max()) + 1, True
+    else:
+        span, whole = float(offset.max()) + 1, bool((offset == np.floor(offset)).all())
+    if n_entities * span < 2**62 and whole:
         return _radix_order(codes * int(span) + offset.astype(np.int64), start)
     return _radix_order(codes, start[np.argsort(times[start], kind="stable")])
 
