@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
-from seqenc.model.batch import N_SPECIAL, Batch
+from seqenc.model.batch import N_SPECIAL, Batch, drop_events
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.head import SupervisedHead
@@ -27,7 +27,7 @@ from seqenc.model.readout import entity_readout, newest_state
 from seqenc.model.repeat import RepeatHead, newest_copy
 
 POSITIONALS = ("learned", "rope", "none")
-POOLINGS = ("last", "mean")
+POOLINGS = ("last", "mean", "attention")
 NUMERIC_SCALINGS = ("global", "per_item")
 
 
@@ -70,7 +70,19 @@ class EncoderConfig:
             :class:`~seqenc.training.module.SeqencModule` decides from the data; a bundle written
             without the field reads ``"global"``.
         causal: ``False`` for bidirectional (BERT4Rec) attention.
-        pooling: entity embedding from the ``"last"`` position or the ``"mean"`` of real positions.
+        pooling: entity embedding from the ``"last"`` position, the ``"mean"`` of real positions,
+            or their ``"attention"``-weighted sum (a learned score per position,
+            :func:`~seqenc.model.readout.attention_pool`).
+        time_values: (with ``time``; ``None``: on without causal attention, set by
+            :class:`~seqenc.training.module.SeqencModule`; a bundle without the field has none) besides the buckets, continuous time through a small MLP:
+            each event's time since the history's first event and, without causal attention, its
+            time to the reference time (``as_of``) and its place in that span
+            (:meth:`~seqenc.model.embeddings.TokenEmbedding.time_values`).
+        item_values: (with ``numeric_scaling="per_item"``; ``None`` like ``time_values``) the value MLP reads the item's
+            embedding beside the standardised value, so a value means what it means for its item.
+        event_dropout: in training, the share of each history's events the entity readout drops
+            (:func:`~seqenc.model.batch.drop_events`): a regulariser for label heads trained on a
+            few thousand rows.
         normalize: L2-normalise the entity embedding.
         baskets: (causal only) the basket rule of :mod:`seqenc.model.baskets`: events that share a
             time are a set; set from the data (``data.baskets``). Without it the fused causal
@@ -99,6 +111,9 @@ class EncoderConfig:
     pooling: str = "last"
     normalize: bool = False
     baskets: bool = False
+    time_values: bool | None = None
+    item_values: bool | None = None
+    event_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
@@ -117,10 +132,18 @@ class EncoderConfig:
             ),
             (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
             (
+                not self.item_values or self.numeric_scaling in (None, "per_item"),
+                "item_values needs numeric_scaling='per_item'",
+            ),
+            (
                 self.numeric_scaling in (None, *NUMERIC_SCALINGS),
                 f"numeric_scaling={self.numeric_scaling!r} not in {NUMERIC_SCALINGS}",
             ),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} not in [0, 1)"),
+            (
+                0.0 <= self.event_dropout < 1.0,
+                f"event_dropout={self.event_dropout} not in [0, 1)",
+            ),
             (
                 0.0 <= self.attention_dropout < 1.0,
                 f"attention_dropout={self.attention_dropout} not in [0, 1)",
@@ -266,6 +289,9 @@ class SequenceEncoder(nn.Module):
             categorical_sizes=config.categorical_sizes,
             n_numeric=config.n_numeric,
             per_item_numeric=config.numeric_scaling == "per_item",
+            time_values=bool(config.time and config.time_values),
+            item_values=bool(config.item_values),
+            causal=config.causal,
         )
         self.rope = (
             RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)
@@ -278,6 +304,12 @@ class SequenceEncoder(nn.Module):
         self.repeat = (
             RepeatHead(config.d_model, config.n_time_buckets, config.time, config.query_time)
             if config.repeat_head
+            else None
+        )
+        d = config.d_model
+        self.pool_score = (
+            nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
+            if config.pooling == "attention"
             else None
         )
         init_weights(self, config.n_layers)
@@ -337,11 +369,15 @@ class SequenceEncoder(nn.Module):
         follow (:mod:`seqenc.encoding.onnx`): the [MASK] column is always appended and the last block runs
         every position; the same values.
         """
-        query = readout_objective(self.config.causal, self.config.baskets).query(
+        config = self.config
+        if self.training and config.event_dropout > 0:
+            batch = drop_events(batch, config.event_dropout)
+        query = readout_objective(config.causal, config.baskets).query(
             batch, widen=True if traced else None
         )
-        hidden, lengths = self.final_states(query, self.config.pooling == "last" and not traced)
-        return entity_readout(hidden, lengths, self.config.pooling, self.config.normalize)
+        hidden, lengths = self.final_states(query, config.pooling == "last" and not traced)
+        scores = None if self.pool_score is None else self.pool_score(hidden)[..., 0]
+        return entity_readout(hidden, lengths, config.pooling, config.normalize, scores)
 
     def final_states(self, batch: Batch, newest_only: bool) -> tuple[Tensor, Tensor]:
         """``(hidden, lengths)`` for the readout: every position's state, or with ``newest_only``

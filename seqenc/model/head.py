@@ -5,6 +5,11 @@ Regression: one number, trained on the standardised target (``center``, ``scale`
 labels) so the loss is well scaled whatever the label's unit, read out in the label's unit. The
 head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundle stores it in
 ``config.json`` and the weights beside the encoder's.
+
+A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
+(:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
+with the training rows' statistics (buffers saved with the weights) and added through their own
+linear map beside the readout's, trained end to end (wide and deep).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 TASKS = ("classification", "regression")
+WIDE_CLIP = 8.0  # a standardised aggregate beyond this many scales says no more than "extreme"
 
 
 class SupervisedHead(nn.Module):
@@ -27,6 +33,10 @@ class SupervisedHead(nn.Module):
         task: ``"classification"`` or ``"regression"``.
         classes: the class values in output order (JSON values); empty for regression.
         center, scale: regression only: a prediction is ``output * scale + center``.
+        aggregates: a fused head's aggregate layout (plain JSON data: the spec of
+            :class:`~seqenc.data.aggregates.AggregateSpec` and its column ``names``); ``None``: the
+            readout alone.
+        wide_dropout: dropout on the standardised aggregates in training.
     """
 
     def __init__(
@@ -36,6 +46,8 @@ class SupervisedHead(nn.Module):
         classes: list[Any] | tuple[Any, ...] = (),
         center: float = 0.0,
         scale: float = 1.0,
+        aggregates: dict[str, Any] | None = None,
+        wide_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -48,10 +60,33 @@ class SupervisedHead(nn.Module):
         self.center, self.scale = float(center), float(scale)
         self.norm = nn.LayerNorm(d_model)
         self.linear = nn.Linear(d_model, len(classes) if classes else 1)
+        self.aggregates, self.wide_dropout = aggregates, float(wide_dropout)
+        self.wide = None
+        if aggregates is not None:
+            n_wide = len(aggregates["names"])
+            self.register_buffer("wide_center", torch.zeros(n_wide))
+            self.register_buffer("wide_scale", torch.ones(n_wide))
+            self.wide = nn.Linear(n_wide, self.linear.out_features)
+            nn.init.zeros_(self.wide.weight)
+            self.drop = nn.Dropout(wide_dropout)
 
-    def forward(self, readout: Tensor) -> Tensor:
-        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers."""
-        return self.linear(self.norm(readout))
+    def forward(self, readout: Tensor, wide: Tensor | None = None) -> Tensor:
+        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head adds its
+        linear map of the standardised aggregates ``wide`` ``[B, n_wide]``."""
+        out = self.linear(self.norm(readout))
+        if self.wide is None:
+            return out
+        if wide is None or wide.shape[-1] != self.wide.in_features:
+            got = None if wide is None else wide.shape[-1]
+            raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
+        z = ((wide.float() - self.wide_center) / self.wide_scale).clamp(-WIDE_CLIP, WIDE_CLIP)
+        return out + self.wide(self.drop(z))
+
+    def set_wide_stats(self, center: Tensor, scale: Tensor) -> None:
+        """The training rows' centre and (positive) scale of each aggregate."""
+        with torch.no_grad():
+            self.wide_center.copy_(center)
+            self.wide_scale.copy_(scale)
 
     def loss(self, outputs: Tensor, targets: Tensor, weights: Tensor | None = None) -> Tensor:
         """Cross-entropy against class codes, or squared error against standardised targets
@@ -79,4 +114,6 @@ class SupervisedHead(nn.Module):
             "classes": self.classes,
             "center": self.center,
             "scale": self.scale,
+            "aggregates": self.aggregates,
+            "wide_dropout": self.wide_dropout,
         }

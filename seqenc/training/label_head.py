@@ -35,7 +35,7 @@ class LabelHead:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The label head's outputs on ``batch`` and their (class-weighted) loss."""
         head = self.encoder.head
-        outputs = head(self.encoder.entity_embedding(batch))
+        outputs = head(self.encoder.entity_embedding(batch), batch.aggregates)
         return outputs, head.loss(outputs, targets, self.label_weights)
 
     def _log_label_loss(self, stage: str, batch: Batch, targets: torch.Tensor) -> None:
