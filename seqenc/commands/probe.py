@@ -15,13 +15,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file, file_target
+from seqenc.data.aggregates import check_id_kinds
 from seqenc.data.frames import check_column_names
 from seqenc.data.labels import AS_OF
 from seqenc.data.paths import expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, compare
-from seqenc.evaluate.features import check_id_kinds
 from seqenc.evaluate.labels import check_label_columns, describe
 
 

@@ -16,8 +16,9 @@ scikit-learn is an optional dependency (``pip install 'seqenc[eval]'``), importe
 
 from __future__ import annotations
 
+from seqenc.data.aggregates import aggregate_features
 from seqenc.evaluate.compare import compare
-from seqenc.evaluate.features import aggregate_features, embed_at, predict_at
+from seqenc.evaluate.features import embed_at, predict_at
 from seqenc.evaluate.probe import (
     ProbeResult,
     cv_folds,

@@ -1,7 +1,7 @@
 """The hand-made aggregates' score beside a fine-tuned model's, on the same held-out entities.
 
 After a fine-tuning fit tests its checkpoint on the held-out labelled entities, a logistic (or
-ridge) regression on :func:`~seqenc.evaluate.features.aggregate_features`, each row read up to its
+ridge) regression on :func:`~seqenc.data.aggregates.aggregate_features`, each row read up to its
 label's ``as_of``, is fitted on the fit's labelled training rows and scored on the same held-out
 rows with the same score (ROC-AUC or R²): a user sees at once whether the encoder earns its place.
 Seconds on thousands of labelled rows; scikit-learn (``seqenc[eval]``) missing is one line.
@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from lightning.pytorch.callbacks import Callback
 
+from seqenc.data.aggregates import aggregate_features
 from seqenc.data.labels import LabelledView, Labels
 from seqenc.errors import SeqencError
-from seqenc.evaluate.features import aggregate_features
 from seqenc.evaluate.probe import estimator, feature_matrix, prediction_scores
 from seqenc.training.label_score import score_name
 
