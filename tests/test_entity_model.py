@@ -148,3 +148,51 @@ def test_incremental_encoding_refuses_attention_pooling() -> None:
 def test_item_values_need_values_per_item() -> None:
     with pytest.raises(SeqencError, match="item_values"):
         EncoderConfig(n_items=N_ITEMS, item_values=True, numeric_scaling="global")
+
+
+def test_groups_of_one_event_are_the_events() -> None:
+    """Where every time differs, the grouped encoder is the plain bidirectional one."""
+    grouped = entity_model(group_times=True)
+    plain = entity_model(group_times=False)
+    batch = make_batch(HISTORIES, width=10, n_num=1)
+    torch.testing.assert_close(grouped(batch)[batch.padding_mask], plain(batch)[batch.padding_mask])
+    torch.testing.assert_close(grouped.entity_embedding(batch), plain.entity_embedding(batch))
+
+
+def tied_batch(order: list[int]):
+    """One history of 6 events at 3 times (2 + 3 + 1), the middle time's events in ``order``."""
+    batch = make_batch([[5, 9, 7, 30, 12, 20]], n_num=1)
+    times = torch.tensor([[900.0, 900.0, 500.0, 500.0, 500.0, 0.0]], dtype=torch.float64)
+    batch.dt_ref = times
+    batch.dt_prev = torch.tensor([[0.0, 0.0, 400.0, 0.0, 0.0, 500.0]])
+    middle = torch.tensor([2, 3, 4])[order]
+    for field in ("items", "numeric"):
+        values = getattr(batch, field)
+        values[:, 2:5] = values[:, middle].clone()
+    return batch
+
+
+def test_a_group_is_a_set_read_as_one_token() -> None:
+    """Events at one time: their order does not matter, and the encoder equals a plain one run
+    on one token per time whose content is the sum of its events' (a hand-built reference)."""
+    model = entity_model(group_times=True)
+    a, b = tied_batch([0, 1, 2]), tied_batch([2, 0, 1])
+    torch.testing.assert_close(model.entity_embedding(a), model.entity_embedding(b))
+    states = model(a)
+    assert torch.equal(states[0, 2], states[0, 4]) and not torch.equal(states[0, 1], states[0, 2])
+    # reference: the three groups as a batch of three tokens through the plain blocks
+    content = model.embed.content(a)[0]
+    tokens = torch.stack([content[:2].sum(0), content[2:5].sum(0), content[5]])[None]
+    firsts = make_batch([[5, 7, 20]])
+    firsts.dt_ref = torch.tensor([[900.0, 500.0, 0.0]], dtype=torch.float64)
+    firsts.dt_prev = torch.tensor([[0.0, 400.0, 500.0]])
+    x = tokens + model.embed.context(firsts)
+    for block in model.blocks:
+        x = block(x, False, None, None)
+    expected = model.ln_final(x)[0]
+    torch.testing.assert_close(states[0, [0, 2, 5]], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_group_times_need_bidirectional_attention() -> None:
+    with pytest.raises(SeqencError, match="group_times"):
+        EncoderConfig(n_items=N_ITEMS, causal=True, group_times=True)

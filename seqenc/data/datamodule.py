@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from seqenc.data.bounds import PerColumn, VocabBounds, check_batching
 from seqenc.data.datasets import LabelledDataset, ViewDataset
 from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
+from seqenc.data.label_aggregates import label_aggregates
 from seqenc.data.labels import (
     LabelledView,
     Labels,
@@ -254,7 +256,9 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model)."""
-        labels = None if self.labels is None else self.label_table.spec
+        labels = None
+        if self.labels is not None:
+            labels = self.label_table.spec | {"aggregates": self._label_aggregates[0]}
         share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
         return DataSpec(
             self._events[1],
@@ -274,11 +278,24 @@ class SequenceDataModule(pl.LightningDataModule):
         )
 
     @cached_property
-    def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
-        """(train, validation) labelled samples, split by entity: a fixed ``val_share`` draw."""
+    def _held_out(self) -> tuple[LabelledView, LabelledView]:
         train, val, why = hold_out(labelled_view(self.store, self.label_table), self.val_share)
         rank_zero_info(why)
         return train, val
+
+    @cached_property
+    def _label_aggregates(self) -> tuple[dict[str, Any], np.ndarray]:
+        """The aggregates of every label row and their layout, fitted on the training rows
+        (:func:`~seqenc.data.label_aggregates.label_aggregates`): a fused head's wide input."""
+        events, schema = self._events
+        return label_aggregates(events, schema, self.label_table, self._held_out[0].rows)
+
+    @cached_property
+    def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
+        """(train, validation) labelled samples, split by entity (a fixed ``val_share`` draw),
+        each with its aggregates."""
+        values = self._label_aggregates[1]
+        return tuple(replace(s, aggregates=values[s.rows]) for s in self._held_out)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""

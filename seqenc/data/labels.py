@@ -151,12 +151,14 @@ def standardise(numbers: np.ndarray, where: str) -> tuple[float, float]:
 @dataclass
 class LabelledView:
     """The labelled samples over a store: ``view`` (sample j = the history of ``rows[j]`` of the
-    label table), their ``targets`` and ``query`` times (``as_of``; NaN: the store's reference)."""
+    label table), their ``targets`` and ``query`` times (``as_of``; NaN: the store's reference),
+    and a fused head's ``aggregates`` of each (``[n, n_wide]``, or ``None``)."""
 
     view: SequenceView
     rows: np.ndarray
     targets: np.ndarray
     query: np.ndarray
+    aggregates: np.ndarray | None = None
 
 
 def labelled_view(store: SequenceStore, labels: Labels) -> LabelledView:
@@ -217,6 +219,7 @@ def subset(samples: LabelledView, keep: np.ndarray) -> LabelledView:
         samples.rows[keep],
         samples.targets[keep],
         samples.query[keep],
+        None if samples.aggregates is None else samples.aggregates[keep],
     )
 
 

@@ -102,31 +102,22 @@ class TokenEmbedding(nn.Module):
         self._packed: tuple[tuple, Tensor, Tensor] | None = None  # see packed_tables
 
     def forward(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
-        """``[B, L, d]`` token vectors of ``batch`` (before dropout).
+        """``[B, L, d]`` token vectors of ``batch`` (before dropout): each event's
+        :meth:`content` plus its place in the history, :meth:`context`.
 
         ``positions``: ``[B, L]`` position of each token in its history (default ``0 … L-1``; an
         incremental encode passes the positions after the cached ones)."""
-        items, padding_mask = batch.items, batch.padding_mask
-        categorical, numeric = batch.categorical, batch.numeric
-        lookups = [(self.item, items)]
-        if self.position is not None:
-            if positions is None:
-                positions = torch.arange(items.shape[1], device=items.device)
-            lookups.append((self.position, positions))
-        pad = torch.full_like(items, self.n_time_buckets)
-        for table, gaps in (
-            (self.dt_prev, batch.dt_prev),
-            (self.dt_query, batch.query_gaps if self.dt_query is not None else None),
-            (self.dt_ref, batch.dt_ref),
-        ):
-            if table is not None:
-                buckets = torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)
-                lookups.append((table, buckets))
+        return self.content(batch).add_(self.context(batch, positions))
+
+    def content(self, batch: Batch) -> Tensor:
+        """``[B, L, d]`` what each event is: its item, categorical features and numeric values."""
+        items, categorical, numeric = batch.items, batch.categorical, batch.numeric
         if len(self.categorical) != categorical.shape[-1]:
             raise SeqencError(
                 f"batch has {categorical.shape[-1]} categorical feature columns, the model was built "
                 f"for {len(self.categorical)} (EncoderConfig.categorical_sizes)"
             )
+        lookups = [(self.item, items)]
         for column, embedding in enumerate(self.categorical):
             lookups.append((embedding, categorical[..., column]))
         x = self.summed_lookups(lookups)
@@ -144,6 +135,28 @@ class TokenEmbedding(nn.Module):
                 if self.item_values:
                     z = torch.cat([z, self.item(items)], dim=-1)
                 x.add_(self.value(z))
+        return x
+
+    def context(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
+        """``[B, L, d]`` where each token stands: its position and its time inputs (gap buckets,
+        continuous time values); zero when the model has none."""
+        items, padding_mask = batch.items, batch.padding_mask
+        lookups = []
+        if self.position is not None:
+            if positions is None:
+                positions = torch.arange(items.shape[1], device=items.device)
+            lookups.append((self.position, positions.expand_as(items)))
+        pad = torch.full_like(items, self.n_time_buckets)
+        for table, gaps in (
+            (self.dt_prev, batch.dt_prev),
+            (self.dt_query, batch.query_gaps if self.dt_query is not None else None),
+            (self.dt_ref, batch.dt_ref),
+        ):
+            if table is not None:
+                buckets = torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)
+                lookups.append((table, buckets))
+        d = self.item.embedding_dim
+        x = self.summed_lookups(lookups) if lookups else items.new_zeros(*items.shape, d).float()
         if self.time is not None:
             x.add_(self.time(self.time_values(batch)))
         return x

@@ -19,6 +19,7 @@ from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
 from seqenc.model.batch import N_SPECIAL, Batch, drop_events
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
+from seqenc.model.groups import events_of_groups, group_batch, group_starts, sum_into_groups
 from seqenc.model.head import SupervisedHead
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
@@ -80,6 +81,9 @@ class EncoderConfig:
             (:meth:`~seqenc.model.embeddings.TokenEmbedding.time_values`).
         item_values: (with ``numeric_scaling="per_item"``; ``None`` like ``time_values``) the value MLP reads the item's
             embedding beside the standardised value, so a value means what it means for its item.
+        group_times: (bidirectional, with ``time``) the events that share a time are one token
+            (:mod:`seqenc.model.groups`): attention over the history's distinct times, each
+            event reading its group's state. ``None`` like ``time_values``.
         event_dropout: in training, the share of each history's events the entity readout drops
             (:func:`~seqenc.model.batch.drop_events`): a regulariser for label heads trained on a
             few thousand rows.
@@ -114,6 +118,7 @@ class EncoderConfig:
     time_values: bool | None = None
     item_values: bool | None = None
     event_dropout: float = 0.0
+    group_times: bool | None = None
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
@@ -155,6 +160,10 @@ class EncoderConfig:
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
             (self.causal or not self.baskets, "baskets needs the causal objective"),
+            (
+                not (self.causal and self.group_times),
+                "group_times needs bidirectional attention (the masked objective)",
+            ),
             (
                 all(s >= 1 for s in self.categorical_sizes),
                 f"categorical_sizes={self.categorical_sizes} must be >= 1",
@@ -334,6 +343,9 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
                 f"feed at most {self.config.n_positions - 1} events per history"
             )
+        if self.config.group_times and self.config.time:
+            hidden = self.grouped(batch)
+            return newest_state(hidden, batch.lengths)[:, None] if newest_only else hidden
         baskets = self.config.baskets
         positions = basket_positions(batch) if baskets else None
         x = self.drop(self.embed(batch, positions))
@@ -358,6 +370,28 @@ class SequenceEncoder(nn.Module):
         if newest_only:
             return newest_state(x, batch.lengths)[:, None]
         return x
+
+    def grouped(self, batch: Batch) -> Tensor:
+        """:meth:`forward` over time groups (:mod:`seqenc.model.groups`): ``[B, L, d]`` each
+        event's group state. Bidirectional; a trace keeps every position as a possible group."""
+        starts = group_starts(batch)
+        lengths = starts.sum(1)
+        tracing = torch.jit.is_tracing()
+        width = batch.items.shape[1] if tracing else max(1, int(lengths.max()))
+        groups = group_batch(batch, starts, width)
+        content = self.embed.content(batch)
+        tokens, group = sum_into_groups(content, starts, batch.padding_mask, width)
+        x = self.drop(tokens + self.embed.context(groups))
+        mask = key_padding_mask(lengths, width)
+        gaps = None
+        if self.config.time_bias:
+            gaps = time_bucket(
+                (groups.dt_ref[:, :, None] - groups.dt_ref[:, None, :]).abs(),
+                self.config.n_time_buckets,
+            )
+        for block in self.blocks:
+            x = block(x, False, mask, self.rope, gaps, lengths)
+        return events_of_groups(self.ln_final(x), group)
 
     def entity_embedding(self, batch: Batch, traced: bool = False) -> Tensor:
         """``[B, d]`` one vector per history.

@@ -8,8 +8,8 @@ head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundl
 
 A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
 (:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
-with the training rows' statistics (buffers saved with the weights) and added through their own
-linear map beside the readout's, trained end to end (wide and deep).
+with the training rows' statistics (stored in its layout) and added through their own linear map
+beside the readout's, trained end to end (wide and deep).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from seqenc.model.embeddings import signed_log
 
 TASKS = ("classification", "regression")
 WIDE_CLIP = 8.0  # a standardised aggregate beyond this many scales says no more than "extreme"
@@ -34,8 +36,9 @@ class SupervisedHead(nn.Module):
         classes: the class values in output order (JSON values); empty for regression.
         center, scale: regression only: a prediction is ``output * scale + center``.
         aggregates: a fused head's aggregate layout (plain JSON data: the spec of
-            :class:`~seqenc.data.aggregates.AggregateSpec` and its column ``names``); ``None``: the
-            readout alone.
+            :class:`~seqenc.data.aggregates.AggregateSpec`, its column ``names`` and their
+            training ``center`` and ``scale`` after a signed log,
+            :func:`~seqenc.data.label_aggregates.label_aggregates`); ``None``: the readout alone.
         wide_dropout: dropout on the standardised aggregates in training.
     """
 
@@ -63,30 +66,34 @@ class SupervisedHead(nn.Module):
         self.aggregates, self.wide_dropout = aggregates, float(wide_dropout)
         self.wide = None
         if aggregates is not None:
-            n_wide = len(aggregates["names"])
-            self.register_buffer("wide_center", torch.zeros(n_wide))
-            self.register_buffer("wide_scale", torch.ones(n_wide))
-            self.wide = nn.Linear(n_wide, self.linear.out_features)
+            for name in ("center", "scale"):  # plain data in the layout, a buffer to compute on
+                values = torch.tensor(aggregates[name], dtype=torch.float32)
+                self.register_buffer(f"wide_{name}", values, persistent=False)
+            self.wide = nn.Linear(len(aggregates["names"]), self.linear.out_features)
             nn.init.zeros_(self.wide.weight)
             self.drop = nn.Dropout(wide_dropout)
 
+    @classmethod
+    def of(
+        cls, d_model: int, labels: dict[str, Any], fusion: str = "none", wide_dropout: float = 0.0
+    ) -> SupervisedHead:
+        """The head of a data spec's ``labels`` (its arguments, and the aggregates' layout), fused
+        with the aggregates when ``fusion="aggregates"``."""
+        layout = labels.get("aggregates") if fusion == "aggregates" else None
+        rest = {k: v for k, v in labels.items() if k not in ("aggregates", "wide_dropout")}
+        return cls(d_model, **rest, aggregates=layout, wide_dropout=wide_dropout)
+
     def forward(self, readout: Tensor, wide: Tensor | None = None) -> Tensor:
         """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head adds its
-        linear map of the standardised aggregates ``wide`` ``[B, n_wide]``."""
+        linear map of the aggregates ``wide`` ``[B, n_wide]``, standardised after a signed log."""
         out = self.linear(self.norm(readout))
         if self.wide is None:
             return out
         if wide is None or wide.shape[-1] != self.wide.in_features:
             got = None if wide is None else wide.shape[-1]
             raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
-        z = ((wide.float() - self.wide_center) / self.wide_scale).clamp(-WIDE_CLIP, WIDE_CLIP)
-        return out + self.wide(self.drop(z))
-
-    def set_wide_stats(self, center: Tensor, scale: Tensor) -> None:
-        """The training rows' centre and (positive) scale of each aggregate."""
-        with torch.no_grad():
-            self.wide_center.copy_(center)
-            self.wide_scale.copy_(scale)
+        z = (signed_log(wide.float()) - self.wide_center) / self.wide_scale
+        return out + self.wide(self.drop(z.clamp(-WIDE_CLIP, WIDE_CLIP)))
 
     def loss(self, outputs: Tensor, targets: Tensor, weights: Tensor | None = None) -> Tensor:
         """Cross-entropy against class codes, or squared error against standardised targets

@@ -19,10 +19,11 @@ class LabelHead:
     """Mixed into the LightningModule: everything its label head adds (``self.encoder``,
     ``self.hparams``, ``self.log``, ``self.trainer`` are the module's)."""
 
-    def add_label_head(self, labels: dict[str, Any]) -> None:
-        """The head of ``labels`` (:class:`~seqenc.model.head.SupervisedHead`'s arguments), its
-        class weights (set when the fit starts) and the held-out outputs of an epoch."""
-        self.encoder.head = SupervisedHead(self.config.d_model, **labels)
+    def add_label_head(self, labels: dict[str, Any], fusion: str, fusion_dropout: float) -> None:
+        """The head of ``labels`` (:class:`~seqenc.model.head.SupervisedHead`'s arguments; with
+        ``fusion="aggregates"`` its aggregates' layout too), its class weights (set when the fit
+        starts) and the held-out outputs of an epoch."""
+        self.encoder.head = SupervisedHead.of(self.config.d_model, labels, fusion, fusion_dropout)
         self.register_buffer("label_weights", None, persistent=False)
         self.label_outputs, self.label_targets = CatMetric(), CatMetric()
 
@@ -68,6 +69,13 @@ class LabelHead:
             weights, why = class_weights(targets, head.classes, self.hparams.class_weights)
             self.label_weights = None if weights is None else weights.to(self.device)
             rank_zero_info(why)
+        if head.wide is None:
+            rank_zero_info("fusion: none (the head reads the pooled sequence alone)")
+        else:
+            rank_zero_info(
+                f"fusion: aggregates ({head.wide.in_features} hand-made aggregates of each "
+                "labelled row's events at its cut-off, beside the pooled sequence)"
+            )
         rank_zero_info(
             f"evaluation: {score_name(head.task)} of the held-out labelled entities (val/score), "
             "which picks the checkpoint and drives early stopping"

@@ -88,6 +88,10 @@ class SeqencModule(LabelHead, pl.LightningModule):
         class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
             classes weigh more, from the training labels), ``"none"``, or one weight per class
             (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
+        fusion: with a label table, ``"aggregates"`` feeds each labelled row's hand-made
+            aggregates (:mod:`seqenc.data.label_aggregates`) to the head beside the pooled
+            sequence (wide and deep, trained end to end); ``"none"``: the readout alone.
+        fusion_dropout: dropout on the fused aggregates in training.
         label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
             labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
 
@@ -121,6 +125,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         init_from: str | None = None,
         class_weights: ClassWeights = "auto",
         label_steps: int | None = None,
+        fusion: Literal["aggregates", "none"] = "none",
+        fusion_dropout: float = 0.1,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
@@ -150,7 +156,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         if spec.labels:
-            self.add_label_head(spec.labels)
+            self.add_label_head(spec.labels, fusion, fusion_dropout)
         if init_from is not None:
             self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
