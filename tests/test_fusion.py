@@ -123,3 +123,31 @@ def test_fusion_none_keeps_the_readout_alone(tmp_path, caplog) -> None:
     )  # fmt: skip
     assert "fusion: none (the head reads the pooled sequence alone)" in caplog.text
     assert json.loads((bundle / "config.json").read_text())["head"]["aggregates"] is None
+
+
+def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
+    """The wide part's start against scikit-learn's logistic regression on the same standardised
+    aggregates: a two-class softmax with an L2 penalty p on both rows is a logistic regression of
+    C = 1 / (n p) (the penalty falls on half the difference of the rows)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from seqenc.model.head import SupervisedHead
+    from seqenc.training.label_score import label_score
+    from seqenc.training.wide_start import PENALTIES, fit_wide_start
+
+    rng = np.random.default_rng(0)
+    n, k = 400, 6
+    wide = rng.gamma(2.0, 3.0, size=(n, k)).astype(np.float32)
+    y = (np.log1p(wide[:, 0]) - np.log1p(wide[:, 1]) + rng.normal(0, 0.5, n) > 0).astype(np.int64)
+    logs = np.log1p(wide.astype(np.float64))
+    layout = {"names": list("abcdef"), "center": logs.mean(0).tolist(), "scale": logs.std(0).tolist()}
+    head = SupervisedHead(4, "classification", [0, 1], aggregates=layout)
+    why = fit_wide_start(head, wide, y, None, label_score)
+    penalty = float(why.split("penalty ")[1].split(",")[0])
+    assert penalty in PENALTIES
+    with torch.no_grad():
+        z = head.standardise(torch.from_numpy(wide))
+        ours = torch.softmax(head.wide(z), -1)[:, 1].numpy()
+    reference = LogisticRegression(C=1.0 / (n * penalty), tol=1e-10, max_iter=10000)
+    expected = reference.fit(z.numpy(), y).predict_proba(z.numpy())[:, 1]
+    np.testing.assert_allclose(ours, expected, atol=2e-3)

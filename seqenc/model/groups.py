@@ -30,7 +30,11 @@ def group_starts(batch: Batch) -> Tensor:
 def group_batch(batch: Batch, starts: Tensor, width: int) -> Batch:
     """The batch of each group's first event (``width`` groups a row, right-padded): what
     :meth:`~seqenc.model.embeddings.TokenEmbedding.context` reads for the group's place."""
-    first = torch.argsort((~starts).to(torch.int8), dim=1, stable=True)[:, :width]
+    # the k-th group's first event: the number of events before the (k+1)-th start (a count, not
+    # a sort, so that an ONNX trace gives the same order)
+    counts = starts.long().cumsum(1)
+    ks = torch.arange(width, device=starts.device)[None, :, None]
+    first = (counts[:, None, :] <= ks).sum(-1).clamp(max=starts.shape[1] - 1)
     rows, n_cat, n_num = len(batch), batch.categorical.shape[-1], batch.numeric.shape[-1]
     lengths = starts.sum(1)
     kept = torch.arange(width, device=starts.device)[None, :] < lengths[:, None]

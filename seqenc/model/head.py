@@ -92,8 +92,13 @@ class SupervisedHead(nn.Module):
         if wide is None or wide.shape[-1] != self.wide.in_features:
             got = None if wide is None else wide.shape[-1]
             raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
+        return out + self.wide(self.drop(self.standardise(wide)))
+
+    def standardise(self, wide: Tensor) -> Tensor:
+        """``[B, n_wide]`` the aggregates in units of their training scale from its centre, after
+        a signed log, clipped to ``±WIDE_CLIP``."""
         z = (signed_log(wide.float()) - self.wide_center) / self.wide_scale
-        return out + self.wide(self.drop(z.clamp(-WIDE_CLIP, WIDE_CLIP)))
+        return z.clamp(-WIDE_CLIP, WIDE_CLIP)
 
     def loss(self, outputs: Tensor, targets: Tensor, weights: Tensor | None = None) -> Tensor:
         """Cross-entropy against class codes, or squared error against standardised targets

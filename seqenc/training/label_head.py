@@ -13,6 +13,7 @@ from seqenc.model.batch import Batch
 from seqenc.model.head import SupervisedHead
 from seqenc.training.label_plan import class_weights
 from seqenc.training.label_score import label_score, score_name
+from seqenc.training.wide_start import fit_wide_start
 
 
 class LabelHead:
@@ -76,6 +77,11 @@ class LabelHead:
                 f"fusion: aggregates ({head.wide.in_features} hand-made aggregates of each "
                 "labelled row's events at its cut-off, beside the pooled sequence)"
             )
+            train = datamodule.labelled_splits[0]
+            why = fit_wide_start(
+                head, train.aggregates, train.targets, self.label_weights, label_score
+            )
+            rank_zero_info(why)
         rank_zero_info(
             f"evaluation: {score_name(head.task)} of the held-out labelled entities (val/score), "
             "which picks the checkpoint and drives early stopping"

@@ -25,7 +25,7 @@ import torch
 
 from seqenc.errors import SeqencError
 
-LABEL_EPOCHS = 30
+LABEL_EPOCHS = 12
 MIN_LABEL_STEPS = 200
 MAX_LABEL_STEPS = 2000
 MAX_CLASS_WEIGHT = 10.0
