@@ -176,7 +176,9 @@ class SequenceDataModule(pl.LightningDataModule):
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
-    def _events(self) -> tuple[Any, EventSchema]:
+    def events(self) -> tuple[Any, EventSchema]:
+        """``(log, schema)``: the event log this module reads (as given, or as loaded for a named
+        format) and its schema."""
         if self.format == "events":
             return self.path, self.schema
         events = load_dataset(self.path, self.format)
@@ -193,12 +195,12 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def _catalogue(self) -> tuple[Vocabularies, float]:
         """The whole log's vocabularies and repeat share, from its id columns (``shard_entities``)."""
-        events, schema = self._events
+        events, schema = self.events
         return fit_catalogue(events, schema, self.bounds, self._restored_vocabs)
 
     @cached_property
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
-        events, schema = self._events
+        events, schema = self.events
         vocabs, shard = self._restored_vocabs, self.shard
         if shard is not None:
             events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
@@ -257,7 +259,7 @@ class SequenceDataModule(pl.LightningDataModule):
         labels = None if self.labels is None else self.label_table.spec
         share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
         return DataSpec(
-            self._events[1],
+            self.events[1],
             self.vocabs,
             self.history_len,
             share,
@@ -268,15 +270,18 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def label_table(self) -> Labels:
         """The checked label table (``data.labels``)."""
-        events_schema = self._events[1]
-        return read_labels(
-            self.labels, events_schema.entity, self.label_column, self.as_of_column, self.label_task
+        entity = self.events[1].entity
+        table = read_labels(
+            self.labels, entity, self.label_column, self.as_of_column, self.label_task
         )
+        rank_zero_info(f"label task: {table.task}")
+        return table
 
     @cached_property
     def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
         """(train, validation) labelled samples, split by entity: a fixed ``val_share`` draw."""
-        train, val, why = hold_out(labelled_view(self.store, self.label_table), self.val_share)
+        table = self.label_table
+        train, val, why = hold_out(labelled_view(self.store, table), self.val_share, table.spec)
         rank_zero_info(why)
         return train, val
 
