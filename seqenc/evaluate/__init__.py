@@ -24,10 +24,10 @@ from seqenc.evaluate.probe import (
     ProbeResult,
     cv_folds,
     feature_matrix,
-    prediction_scores,
     probe,
     probe_fold,
 )
+from seqenc.scores import prediction_scores
 
 __all__ = [
     "ProbeResult",
