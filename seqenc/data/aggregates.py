@@ -51,6 +51,13 @@ class AggregateTable(NamedTuple):
     names: list[str]
 
 
+def check_value_stats(value_stats: Sequence[str]) -> None:
+    """Each of ``value_stats`` must be one of :data:`VALUE_STATS`."""
+    unknown = [s for s in value_stats if s not in VALUE_STATS]
+    if unknown:
+        raise SeqencError(f"value_stats {unknown} unknown; known: {list(VALUE_STATS)}")
+
+
 def check_id_kinds(labels: pd.DataFrame, other: pd.DataFrame, entity: str, what: str) -> None:
     """Labels and a feature set are joined on ``entity``: integer ids never match text ids."""
     kinds = [
@@ -81,9 +88,7 @@ class AggregateSpec:
     time: bool = True
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.value_stats if s not in VALUE_STATS]
-        if unknown:
-            raise SeqencError(f"value_stats {unknown} unknown; known: {list(VALUE_STATS)}")
+        check_value_stats(self.value_stats)
 
     @classmethod
     def fit(
@@ -362,7 +367,7 @@ def aggregate_features(
     ``{num}_share[col=value]`` and ``{num}_{stat}[col=value]`` per stat of ``value_stats``
     (:data:`VALUE_STATS`); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
     """
-    AggregateSpec((), (), tuple(value_stats))  # an unknown statistic: one line before any read
+    check_value_stats(value_stats)  # before the events are read
     ev, keys = events_at_cutoffs(events, schema, as_of, as_of_column)
     spec = AggregateSpec.from_events(ev, schema, max_categories, value_stats)
     features = spec.frame(ev, schema)

@@ -1,9 +1,13 @@
-"""A label table for fine-tuning: one label per entity (or per entity and ``as_of``) → the samples
-a supervised head trains on, each the entity's history up to its own cut-off.
+"""A label table: one label per entity (or per entity and ``as_of``) → the samples a supervised
+head trains on, each the entity's history up to its own cut-off; the one reader and the one task
+rule of a fine-tuning fit and of the probe.
 
-:func:`read_labels` checks the table (one-line errors naming the column: a missing entity or label
-column, duplicated rows; rows without a label are counted, logged and dropped) and codes the
-target: class codes for classification, the standardised number for regression.
+:func:`label_rows` checks the table (one-line errors naming the column, value or key: a missing
+column, an infinite label, two labels for one key; rows without a label and repeated rows are
+counted and dropped); :func:`read_labels` reads it for a fit and codes the target: class codes for
+classification, the standardised number for regression, the task by :func:`infer_task` (printed
+with its reason). :func:`hold_out` splits the labelled entities so that the validation score is
+defined.
 :func:`labelled_view` turns it into a :class:`~seqenc.data.split.SequenceView` over a store, every
 sample ending at the entity's last event at or before its ``as_of`` (its whole history without
 one), and the query time the readout is for (``as_of``, as ``seqenc embed --as-of`` reads it).
@@ -50,7 +54,7 @@ class Labels:
     as_of: np.ndarray | None
     target: np.ndarray
     spec: dict[str, Any]
-    task: str = ""  # the task chosen and why, printed at fit time
+    task: str = ""
 
     def __len__(self) -> int:
         return len(self.entity)
@@ -112,13 +116,12 @@ def read_labels(
         frame, counts = label_rows(frame, label_column, keys)
     except SeqencError as e:
         raise SeqencError(f"{where}: {e}") from None
-    for cause, n in (
-        ("have no %r", counts["null_label"]),
-        ("repeat a row of %r", counts["duplicate"]),
+    for n, what in (
+        (counts["null_label"], f"have no {label_column!r}"),
+        (counts["duplicate"], f"repeat a row of {label_column!r}"),
     ):
         if n:
-            log.warning("%s: %d of %d rows " + cause + ", left out", where, n, counts["given"],
-                        label_column)  # fmt: skip
+            log.warning("%s: %d of %d rows %s, left out", where, n, counts["given"], what)
     values = frame[label_column].to_numpy()
     task, why = infer_task(values) if task == "auto" else (task, "data.label_task")
     target, spec = _code(values, task, f"{where} column {label_column!r}")
