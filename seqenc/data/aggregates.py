@@ -9,12 +9,8 @@ first met after the fit, is pooled as ``<other>``), which numeric columns are su
 It is frozen plain data (:meth:`~AggregateSpec.to_dict` / :meth:`~AggregateSpec.from_dict`), so a
 model stores it and computes the very same columns at fit time and at encode time
 (:meth:`~AggregateSpec.transform`). :func:`aggregate_features` is the one-call form: fit on the
-events at the cut-offs, then transform them, as a DataFrame.
-
-**A value an entity never had** (no event of it at or before the cut-off): its ``count`` and
-``share`` are 0, and so are its numeric statistics (``{num}_{stat}[col=value]``) and its numeric
-share: the count says the value was absent, the statistics carry no made-up number. Statistics of
-one event: ``std`` 0.
+events at the cut-offs, then transform them, as a DataFrame. A value an entity never had is 0 in
+every column of it, its count saying it was absent (:class:`AggregateSpec`).
 """
 
 from __future__ import annotations
@@ -80,6 +76,11 @@ class AggregateSpec:
         numeric: the numeric columns summarised overall and per value.
         value_stats: the per-value statistics of each numeric column (:data:`VALUE_STATS`).
         time: whether the log has times (tenure, recency, rates, gaps).
+
+    **A value an entity never had** (no event of it at or before the cut-off): its ``count`` and
+    ``share`` are 0, and so are its numeric statistics (``{num}_{stat}[col=value]``) and its
+    numeric share: the count says the value was absent, the statistics carry no made-up number.
+    Statistics of one event: ``std`` 0.
     """
 
     values: tuple[tuple[str, tuple[str, ...]], ...]
