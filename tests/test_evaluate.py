@@ -256,6 +256,7 @@ def test_cli_probes_aggregates_embeddings_and_both(tmp_path, capsys):
     argv += ["--numeric", *SCHEMA.numeric, "--folds", "3", "--json", str(tmp_path / "r.json")]
     main(argv)
     out = capsys.readouterr().out
+    assert out.startswith("task: binary (2 distinct whole numbers, at most 20)\n")
     for name in ("aggregates ", "embeddings ", "aggregates+embeddings", "constant predictor"):
         assert name in out
     assert "3 folds (stratified for classes, shuffled with seed 0), the same for every row" in out

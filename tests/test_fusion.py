@@ -132,7 +132,7 @@ def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
     from sklearn.linear_model import LogisticRegression
 
     from seqenc.model.head import SupervisedHead
-    from seqenc.training.label_score import label_score
+    from seqenc.training.label_head import label_score
     from seqenc.training.wide_start import PENALTIES, fit_wide_start
 
     rng = np.random.default_rng(0)
@@ -140,7 +140,11 @@ def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
     wide = rng.gamma(2.0, 3.0, size=(n, k)).astype(np.float32)
     y = (np.log1p(wide[:, 0]) - np.log1p(wide[:, 1]) + rng.normal(0, 0.5, n) > 0).astype(np.int64)
     logs = np.log1p(wide.astype(np.float64))
-    layout = {"names": list("abcdef"), "center": logs.mean(0).tolist(), "scale": logs.std(0).tolist()}
+    layout = {
+        "names": list("abcdef"),
+        "center": logs.mean(0).tolist(),
+        "scale": logs.std(0).tolist(),
+    }
     head = SupervisedHead(4, "classification", [0, 1], aggregates=layout)
     why = fit_wide_start(head, wide, y, None, label_score)
     penalty = float(why.split("penalty ")[1].split(",")[0])

@@ -9,12 +9,8 @@ first met after the fit, is pooled as ``<other>``), which numeric columns are su
 It is frozen plain data (:meth:`~AggregateSpec.to_dict` / :meth:`~AggregateSpec.from_dict`), so a
 model stores it and computes the very same columns at fit time and at encode time
 (:meth:`~AggregateSpec.transform`). :func:`aggregate_features` is the one-call form: fit on the
-events at the cut-offs, then transform them, as a DataFrame.
-
-**A value an entity never had** (no event of it at or before the cut-off): its ``count`` and
-``share`` are 0, and so are its numeric statistics (``{num}_{stat}[col=value]``) and its numeric
-share: the count says the value was absent, the statistics carry no made-up number. Statistics of
-one event: ``std`` 0.
+events at the cut-offs, then transform them, as a DataFrame. A value an entity never had is 0 in
+every column of it, its count saying it was absent (:class:`AggregateSpec`).
 """
 
 from __future__ import annotations
@@ -51,6 +47,13 @@ class AggregateTable(NamedTuple):
     names: list[str]
 
 
+def check_value_stats(value_stats: Sequence[str]) -> None:
+    """Each of ``value_stats`` must be one of :data:`VALUE_STATS`."""
+    unknown = [s for s in value_stats if s not in VALUE_STATS]
+    if unknown:
+        raise SeqencError(f"value_stats {unknown} unknown; known: {list(VALUE_STATS)}")
+
+
 def check_id_kinds(labels: pd.DataFrame, other: pd.DataFrame, entity: str, what: str) -> None:
     """Labels and a feature set are joined on ``entity``: integer ids never match text ids."""
     kinds = [
@@ -73,6 +76,11 @@ class AggregateSpec:
         numeric: the numeric columns summarised overall and per value.
         value_stats: the per-value statistics of each numeric column (:data:`VALUE_STATS`).
         time: whether the log has times (tenure, recency, rates, gaps).
+
+    **A value an entity never had** (no event of it at or before the cut-off): its ``count`` and
+    ``share`` are 0, and so are its numeric statistics (``{num}_{stat}[col=value]``) and its
+    numeric share: the count says the value was absent, the statistics carry no made-up number.
+    Statistics of one event: ``std`` 0.
     """
 
     values: tuple[tuple[str, tuple[str, ...]], ...]
@@ -81,9 +89,7 @@ class AggregateSpec:
     time: bool = True
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.value_stats if s not in VALUE_STATS]
-        if unknown:
-            raise SeqencError(f"value_stats {unknown} unknown; known: {list(VALUE_STATS)}")
+        check_value_stats(self.value_stats)
 
     @classmethod
     def fit(
@@ -362,7 +368,7 @@ def aggregate_features(
     ``{num}_share[col=value]`` and ``{num}_{stat}[col=value]`` per stat of ``value_stats``
     (:data:`VALUE_STATS`); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
     """
-    AggregateSpec((), (), tuple(value_stats))  # an unknown statistic: one line before any read
+    check_value_stats(value_stats)  # before the events are read
     ev, keys = events_at_cutoffs(events, schema, as_of, as_of_column)
     spec = AggregateSpec.from_events(ev, schema, max_categories, value_stats)
     features = spec.frame(ev, schema)

@@ -178,7 +178,9 @@ class SequenceDataModule(pl.LightningDataModule):
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
-    def _events(self) -> tuple[Any, EventSchema]:
+    def events(self) -> tuple[Any, EventSchema]:
+        """``(log, schema)``: the event log this module reads (as given, or as loaded for a named
+        format) and its schema."""
         if self.format == "events":
             return self.path, self.schema
         events = load_dataset(self.path, self.format)
@@ -195,12 +197,12 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def _catalogue(self) -> tuple[Vocabularies, float]:
         """The whole log's vocabularies and repeat share, from its id columns (``shard_entities``)."""
-        events, schema = self._events
+        events, schema = self.events
         return fit_catalogue(events, schema, self.bounds, self._restored_vocabs)
 
     @cached_property
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
-        events, schema = self._events
+        events, schema = self.events
         vocabs, shard = self._restored_vocabs, self.shard
         if shard is not None:
             events, vocabs = Events(read_events(events, schema, shard), schema), self.vocabs
@@ -261,7 +263,7 @@ class SequenceDataModule(pl.LightningDataModule):
             labels = self.label_table.spec | {"aggregates": self._label_aggregates[0]}
         share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
         return DataSpec(
-            self._events[1],
+            self.events[1],
             self.vocabs,
             self.history_len,
             share,
@@ -272,14 +274,17 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def label_table(self) -> Labels:
         """The checked label table (``data.labels``)."""
-        events_schema = self._events[1]
-        return read_labels(
-            self.labels, events_schema.entity, self.label_column, self.as_of_column, self.label_task
+        entity = self.events[1].entity
+        table = read_labels(
+            self.labels, entity, self.label_column, self.as_of_column, self.label_task
         )
+        rank_zero_info(f"label task: {table.task}")
+        return table
 
     @cached_property
     def _held_out(self) -> tuple[LabelledView, LabelledView]:
-        train, val, why = hold_out(labelled_view(self.store, self.label_table), self.val_share)
+        table = self.label_table
+        train, val, why = hold_out(labelled_view(self.store, table), self.val_share, table.spec)
         rank_zero_info(why)
         return train, val
 
@@ -287,7 +292,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def _label_aggregates(self) -> tuple[dict[str, Any], np.ndarray]:
         """The aggregates of every label row and their layout, fitted on the training rows
         (:func:`~seqenc.data.label_aggregates.label_aggregates`): a fused head's wide input."""
-        events, schema = self._events
+        events, schema = self.events
         return label_aggregates(events, schema, self.label_table, self._held_out[0].rows)
 
     @cached_property

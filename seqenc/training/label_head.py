@@ -5,15 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.aggregation import CatMetric
 
+from seqenc.data.datamodule import SequenceDataModule
 from seqenc.model.batch import Batch
 from seqenc.model.head import SupervisedHead
+from seqenc.scores import class_scores, r2, score_name
 from seqenc.training.label_plan import class_weights
-from seqenc.training.label_score import label_score, score_name
 from seqenc.training.wide_start import fit_wide_start
+
+
+def label_score(task: str, outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """The score (:mod:`seqenc.scores`) of the head's raw ``outputs`` (``[n, k]`` class scores or
+    ``[n, 1]`` standardised numbers) against ``targets``: ROC-AUC of the classes' probabilities,
+    or R² (unit-free, so the same on the standardised scale). The labelled hold-out holds every
+    class (two different numbers), so the score is defined (:func:`~seqenc.data.labels.hold_out`)."""
+    y = targets.detach().cpu().numpy().reshape(-1)
+    out = outputs.detach().float().cpu().reshape(len(y), -1)
+    if task == "regression":
+        return r2(y, out[:, 0].numpy())
+    return class_scores(y, torch.softmax(out, dim=-1).numpy().astype(np.float64))["roc_auc"]
 
 
 class LabelHead:
@@ -64,8 +78,8 @@ class LabelHead:
         (:func:`~seqenc.training.label_plan.class_weights`), printed with the score that picks
         the checkpoint."""
         head = self.encoder.head
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if head.task == "classification" and hasattr(datamodule, "labelled_splits"):
+        datamodule = self.trainer.datamodule
+        if head.task == "classification" and isinstance(datamodule, SequenceDataModule):
             targets = datamodule.labelled_splits[0].targets
             weights, why = class_weights(targets, head.classes, self.hparams.class_weights)
             self.label_weights = None if weights is None else weights.to(self.device)

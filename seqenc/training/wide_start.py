@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqenc.errors import SeqencError
 from seqenc.model.head import SupervisedHead
 
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # L2 per unit weight, on standardised aggregates
@@ -51,9 +52,13 @@ def fit_wide_start(
             for fold in range(FOLDS):
                 train, held = folds != fold, folds == fold
                 w, b = _fit(head, z[train], y[train], weights, penalty)
-                scores.append(score(head.task, z[held] @ w.T + b, y[held]))
-            means.append(np.nanmean(scores) if not np.isnan(scores).all() else -np.inf)
-        best = PENALTIES[int(np.argmax(means))]
+                try:
+                    scores.append(score(head.task, z[held] @ w.T + b, y[held]))
+                except SeqencError:  # a fold of a tiny table may hold one class or one row
+                    continue
+            means.append(float(np.mean(scores)) if scores else -np.inf)
+        # no fold scored (a tiny table): the middle of the grid
+        best = PENALTIES[int(np.argmax(means)) if max(means) > -np.inf else len(PENALTIES) // 2]
         w, b = _fit(head, z, y, weights, best)
     with torch.no_grad():
         head.wide.weight.copy_(w)
