@@ -226,7 +226,7 @@ def test_a_fine_tuning_fit_prints_its_plan_and_the_aggregates_beside_its_score(t
 
 
 def test_the_schedule_scales_with_the_labelled_rows_within_its_bounds():
-    assert label_schedule(3200, 50, None)[:2] == (30 * 50, 30)
+    assert label_schedule(3200, 50, None)[:2] == (12 * 50, 12)
     assert label_schedule(100, 2, None)[:2] == (MIN_LABEL_STEPS, MIN_LABEL_STEPS // 2)
     assert label_schedule(10**6, 800, None)[:2] == (3 * 800, 3)  # 2,000 steps: 3 whole epochs
     assert label_schedule(3200, 50, 120)[:2] == (150, 3)  # model.label_steps, whole epochs
