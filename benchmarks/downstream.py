@@ -56,6 +56,7 @@ from hourly_gru import gru_fold  # benchmarks/hourly_gru.py, beside this script
 
 from seqenc import EventSchema, load_encoder
 from seqenc.atomic import write_text
+from seqenc.data.aggregates import VALUE_STATS
 from seqenc.evaluate import (
     aggregate_features,
     cv_folds,
@@ -66,7 +67,6 @@ from seqenc.evaluate import (
     probe,
     probe_fold,
 )
-from seqenc.evaluate.features import VALUE_STATS
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"

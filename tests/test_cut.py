@@ -8,6 +8,7 @@ instants 1 ns apart (its spacing is 238 ns), so a reader cutting on float second
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -19,13 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqenc.cli import main as cli_main
+from seqenc.data.cut import parse
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.data.events import read_events
-from seqenc.data.labels import labelled_view
+from seqenc.data.events import Events, read_events
+from seqenc.data.label_aggregates import label_aggregates
+from seqenc.data.labels import labelled_view, read_labels
 from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import build_sequences
 from seqenc.encoding import EncodeOptions
 from seqenc.encoding.run import load_on
 from seqenc.encoding.spark import encode_sorted
+from seqenc.encoding.store import sequences, wide_inputs
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, embed_at
 from seqenc.evaluate.drift import known_items
@@ -117,6 +122,15 @@ def bundle(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def encoder(bundle):
     return load_encoder(bundle, "cpu")
+
+
+@pytest.fixture(scope="module")
+def fused(encoder):
+    """The encoder's bundle as a fused one: a label head's aggregate layout in its metadata."""
+    log = every_item_log()
+    labels = read_labels(pd.DataFrame({"entity_id": [0, 1], "y": [0, 1]}), "entity_id", "y")
+    layout, _ = label_aggregates(log, SCHEMA, labels, np.arange(2))
+    return dataclasses.replace(encoder.meta, head={"aggregates": layout})
 
 
 def counts_of(frame: pd.DataFrame, column: str = "n_events_read") -> pd.Series:
@@ -304,6 +318,46 @@ def test_aggregates_and_the_probe_events(case):
 
 @FAST
 @given(rows)
+def test_label_aggregates(case):
+    """A fused head's aggregates of each label row (fit time), cut at the label table's cut-offs;
+    a row with no event left is 0."""
+    (fmt, steps, items, _, _), deltas = case
+    table, ns = event_log(fmt, steps, items)
+    frame = per_row_labels(table, deltas, fmt)
+    if frame["y"].nunique() < 2:  # a second class: the entity a day earlier, before its events
+        earlier = frame.assign(y=1, as_of=frame["as_of"] - pd.Timedelta(days=1))
+        frame = pd.concat([frame, earlier], ignore_index=True)
+    labels = read_labels(frame, "entity_id", "y")
+    entity = table["entity_id"].to_numpy()
+    want = [  # naive, per label row: its entity's events at or before its cut-off, in ns
+        int(((entity == e) & (ns <= t.value)).sum())
+        for e, t in zip(frame["entity_id"], frame["as_of"], strict=True)
+    ]
+    if not any(want):
+        with pytest.raises(SeqencError, match="no event at or before"):
+            label_aggregates(table, SCHEMA, labels, np.arange(len(labels)))
+        return
+    layout, values = label_aggregates(table, SCHEMA, labels, np.arange(len(labels)))
+    assert values[:, layout["names"].index("n_events")].astype(int).tolist() == want
+
+
+@FAST
+@given(cases())
+def test_wide_inputs(encoder, fused, case):
+    """A fused head's aggregates at encode time: the events at or before the encode's cut."""
+    fmt, steps, items, delta, form = case
+    table, ns = event_log(fmt, steps, items)
+    cut_ns = instant(fmt) + delta
+    options = EncodeOptions(as_of=as_given(cut_ns, form), on_empty="skip")
+    store, _ = sequences(table, fused, encoder.vocabs, options, None)
+    wide = wide_inputs(table, store, fused, options.cut)
+    names = fused.head["aggregates"]["names"]
+    got = pd.Series(wide[:, names.index("n_events")], index=store.entity_ids.to_numpy())
+    same(got.astype(np.int64), reference(table, ns, cut_ns))
+
+
+@FAST
+@given(rows)
 def test_embed_at(encoder, case):
     (fmt, steps, items, _, _), deltas = case
     table, ns = event_log(fmt, steps, items)
@@ -400,7 +454,7 @@ def test_probe_takes_embeddings_taken_at_the_label_cut_offs(encoder, tmp_path, c
 # The cut is one function
 
 
-def test_every_reader_goes_through_the_one_function(encoder, bundle, tmp_path, monkeypatch):
+def test_every_reader_goes_through_the_one_function(encoder, bundle, fused, tmp_path, monkeypatch):
     """With ``at_or_before`` replaced by one that keeps nothing, no reader keeps an event: a
     reader comparing times with ``as_of`` on its own would."""
     from seqenc.data import cut as cut_module
@@ -452,6 +506,11 @@ def test_every_reader_goes_through_the_one_function(encoder, bundle, tmp_path, m
     state = encoder.state(table.filter(pa.array(np.arange(table.num_rows) == 0)), on_empty="skip")
     with pytest.raises(SeqencError):
         encoder.update(state, table, as_of=late)
+    with pytest.raises(SeqencError, match="no event at or before"):
+        label_aggregates(table, SCHEMA, read_labels(labels, "entity_id", "y"), np.arange(4))
+    store, _ = build_sequences(Events(read_events(table, SCHEMA, exact=True), SCHEMA), SCHEMA)
+    with pytest.raises(SeqencError, match="no event at or before"):
+        wide_inputs(table, store, fused, parse(late))
     assert {"Cut", "RowCuts"} <= set(calls)
 
 

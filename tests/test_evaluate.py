@@ -46,10 +46,10 @@ def tiny_log() -> pd.DataFrame:
 def test_value_stats_summarise_each_values_numbers_in_time_order():
     agg = aggregate_features(tiny_log(), TINY_SCHEMA, value_stats=("mean", "min", "max", "last"))
     u1, u2 = agg.set_index("user").loc["u1"], agg.set_index("user").loc["u2"]
-    # u1's kind=a amounts in time order: 10, 30, 20; u2 has no kind=a (the mean of those who do)
+    # u1's kind=a amounts in time order: 10, 30, 20; u2 has no kind=a (0, its count says absent)
     assert (u1["amount_mean[kind=a]"], u1["amount_min[kind=a]"]) == (20.0, 10.0)
     assert (u1["amount_max[kind=a]"], u1["amount_last[kind=a]"]) == (30.0, 20.0)
-    assert u2["amount_last[kind=a]"] == 20.0 and u2["count[kind=a]"] == 0
+    assert u2["amount_last[kind=a]"] == 0.0 and u2["count[kind=a]"] == 0
     assert (u2["amount_last[kind=b]"], u2["amount_mean[channel=web]"]) == (1.0, 4.0)
     with pytest.raises(SeqencError, match="value_stats"):
         aggregate_features(tiny_log(), TINY_SCHEMA, value_stats=("median",))
@@ -256,6 +256,7 @@ def test_cli_probes_aggregates_embeddings_and_both(tmp_path, capsys):
     argv += ["--numeric", *SCHEMA.numeric, "--folds", "3", "--json", str(tmp_path / "r.json")]
     main(argv)
     out = capsys.readouterr().out
+    assert out.startswith("task: binary (2 distinct whole numbers, at most 20)\n")
     for name in ("aggregates ", "embeddings ", "aggregates+embeddings", "constant predictor"):
         assert name in out
     assert "3 folds (stratified for classes, shuffled with seed 0), the same for every row" in out

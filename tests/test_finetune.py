@@ -27,12 +27,13 @@ from seqenc.errors import SeqencError
 from seqenc.evaluate import cv_folds, prediction_scores, probe
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
+from seqenc.training.label_head import label_score
 from seqenc.training.label_plan import (
     MIN_LABEL_STEPS,
+    check_label_options,
     class_weights,
     label_schedule,
 )
-from seqenc.training.label_score import label_score
 from tests.tiny import SCHEMA, tiny_events
 
 FIT = [
@@ -179,8 +180,10 @@ def test_label_table_errors_are_one_line_and_missing_labels_are_dropped(caplog):
     assert len(table) == 2 and "1 of 3 rows have no 'y'" in caplog.text
     with pytest.raises(SeqencError, match="no column 'account'"):
         read_labels(labels, "account", "y")
-    with pytest.raises(SeqencError, match="duplicated row"):
-        read_labels(pd.concat([labels, labels]), "entity_id", "y")
+    assert len(read_labels(pd.concat([labels, labels]), "entity_id", "y")) == 2  # repeats
+    assert "2 of 6 rows repeat a row of 'y'" in caplog.text  # the null one: dropped
+    with pytest.raises(SeqencError, match="different labels"):
+        read_labels(pd.concat([labels, labels.assign(y=[0.0, 1.0, 1.0])]), "entity_id", "y")
     with pytest.raises(SeqencError, match="single class"):
         read_labels(labels.assign(y=1), "entity_id", "y")
 
@@ -223,13 +226,15 @@ def test_a_fine_tuning_fit_prints_its_plan_and_the_aggregates_beside_its_score(t
 
 
 def test_the_schedule_scales_with_the_labelled_rows_within_its_bounds():
-    assert label_schedule(3200, 50, None)[:2] == (30 * 50, 30)
+    assert label_schedule(3200, 50, None)[:2] == (12 * 50, 12)
     assert label_schedule(100, 2, None)[:2] == (MIN_LABEL_STEPS, MIN_LABEL_STEPS // 2)
     assert label_schedule(10**6, 800, None)[:2] == (3 * 800, 3)  # 2,000 steps: 3 whole epochs
     assert label_schedule(3200, 50, 120)[:2] == (150, 3)  # model.label_steps, whole epochs
     assert label_schedule(3200, 50, 120, max_steps=7)[:2] == (7, 1)  # an explicit max_steps
-    with pytest.raises(SeqencError, match="label_steps"):
-        label_schedule(3200, 50, 0)
+    binary = {"task": "classification", "classes": [0, 1]}
+    for steps in (0, -1, 2.5, True):
+        with pytest.raises(SeqencError, match="label_steps must be an integer"):
+            check_label_options("auto", steps, binary)
 
 
 def test_class_weights_favour_rare_classes_clipped_and_overridable():
@@ -240,8 +245,12 @@ def test_class_weights_favour_rare_classes_clipped_and_overridable():
     assert class_weights(rare, ["a", "b", "c"], "auto")[0].tolist() == [1.0, 10.0, 10.0]
     assert class_weights(targets, [0, 1], "none")[0] is None
     assert class_weights(targets, [0, 1], [1.0, 3.0])[0].tolist() == [1.0, 3.0]
-    with pytest.raises(SeqencError, match="2 positive weights"):
-        class_weights(targets, [0, 1], [1.0])
+    binary = {"task": "classification", "classes": [0, 1]}
+    for bad in ([1.0], [1.0, float("inf")], [1.0, 0.0], [1.0, float("nan")]):
+        with pytest.raises(SeqencError, match="2 finite positive weights"):
+            check_label_options(bad, None, binary)
+    with pytest.raises(SeqencError, match="must be auto, none or a list"):
+        check_label_options("balanced", None, binary)
 
 
 def test_the_weighted_loss_keeps_the_heads_probabilities_calibrated():
@@ -270,7 +279,10 @@ def test_the_labelled_score_is_sklearns_roc_auc_and_r2():
     expected = roc_auc_score(binary, torch.softmax(logits[:, :2], -1).numpy()[:, 1])
     got = label_score("classification", logits[:, :2], torch.from_numpy(binary.astype(int)))
     assert got == pytest.approx(expected)
-    assert label_score("classification", logits[:, :2], torch.zeros(300)) == 0.5  # one class
+    with pytest.raises(SeqencError, match="ROC-AUC is undefined on 300 row"):  # one class
+        label_score("classification", logits[:, :2], torch.zeros(300))
+    one = label_score("classification", logits[:2, :2], torch.tensor([0, 1]))  # two rows
+    assert one in (0.0, 0.5, 1.0)
     target = rng.normal(size=300)
     guess = target + rng.normal(size=300)
     got = label_score("regression", torch.from_numpy(guess)[:, None], torch.from_numpy(target))

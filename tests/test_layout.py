@@ -20,6 +20,7 @@ LAYERS = [
         "seqenc.devices",  # what the machine has: every device and accelerator is resolved here
         "seqenc.cli_support",  # one-line errors for every command's main (onnx, probe, cli)
         "seqenc.training.metrics",
+        "seqenc.scores",  # the one scorer of a label's predictions (ROC-AUC, R²)
         "seqenc.model",
     ],
     ["seqenc.data"],

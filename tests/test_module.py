@@ -178,10 +178,15 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     assert sorted(options) == sorted(values)  # a new option must be classified here
     changes = set()
     numeric = DataSpec(EventSchema(numeric=["amount"]), SPEC.vocabs, history_len=8)
+    binary = {"task": "classification", "classes": [0, 1], "center": 0.0, "scale": 1.0}
+    labelled = DataSpec(SPEC.schema, SPEC.vocabs, 8, labels=binary)  # label options need labels
     for base in ({}, {"time_bias": True}, {"spec": numeric}):
         for name in options:
             masking = name in ("mask_prob", "replace_rule", "mask_last_prob")
             where = {**base, "objective": "masked"} if masking else base
+            where = (
+                {**where, "spec": labelled} if name in ("class_weights", "label_steps") else where
+            )
             a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):
                 changes.add(name)

@@ -44,6 +44,15 @@ SHAPES = {
     "masked_rope_normalize": {"causal": False, "positional": "rope", "normalize": True},
     "no_positions": {"positional": "none", "features": True},
     "account_embeddings": {"pooling": "mean", "features": True},  # account_embeddings.yaml
+    "entity": {  # finetune.yaml: the entity model, its time values, groups and per-item values
+        "causal": False,
+        "pooling": "attention",
+        "features": True,
+        "time_values": True,
+        "group_times": True,
+        "item_values": True,
+        "numeric_scaling": "per_item",
+    },
 }
 SHAPE_KEYS = ("causal", "time", "query_time", "time_bias", "positional", "pooling", "normalize")
 
@@ -64,6 +73,7 @@ def random_batch(config: EncoderConfig, lengths: list[int], width: int, seed: in
         return t * valid.view(n, width, *[1] * (t.dim() - 2)).to(t.dtype)
 
     dt_prev = torch.rand(n, width, generator=g) * 10 ** torch.randint(0, 7, (n, width), generator=g)
+    dt_prev *= torch.rand(n, width, generator=g) > 0.4  # ties: events that share a time
     times = dt_prev.cumsum(1)
     dt_ref = padded(times.gather(1, (lengths_t - 1).clamp(min=0)[:, None]) - times)
     categorical = [torch.randint(0, s, (n, width), generator=g) for s in config.categorical_sizes]
@@ -129,7 +139,8 @@ def test_graph_reads_only_the_fields_the_model_needs(exported):
     assert backend.inputs[:2] == ["items", "lengths"]
     assert ("dt_prev" in backend.inputs) == options.get("time", True)
     assert ("categorical" in backend.inputs) == options.get("features", False)
-    assert ("dt_ref" in backend.inputs) == bool(options.get("time_bias") or options.get("recency"))
+    reads_times = ("time_bias", "recency", "time_values", "group_times")
+    assert ("dt_ref" in backend.inputs) == any(options.get(k) for k in reads_times)
 
 
 def embedding_shape(options: dict) -> tuple:

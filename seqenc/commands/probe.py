@@ -15,15 +15,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from seqenc.atomic import atomic_file, file_target
+from seqenc.data.aggregates import check_id_kinds
 from seqenc.data.cut import parse, parse_column, same_cut, same_instants
 from seqenc.data.frames import check_column_names
-from seqenc.data.labels import AS_OF
+from seqenc.data.labels import AS_OF, check_label_columns, describe
 from seqenc.data.paths import expand_paths
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, compare
-from seqenc.evaluate.features import check_id_kinds
-from seqenc.evaluate.labels import check_label_columns, describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +64,7 @@ def run(args: argparse.Namespace) -> None:
     if args.json:
         file_target(args.json, inputs)  # before the probes run
     table = _run(args)
+    print(f"task: {table.attrs['task_reason']}")
     print(format_table(table, args.folds, args.seed))
     if args.json:
         with atomic_file(args.json, inputs) as tmp:

@@ -90,6 +90,11 @@ class RowCuts:
         """The cut-offs of ``rows`` (e.g. each event's row)."""
         return RowCuts(None if self.ns is None else self.ns[rows], self.seconds[rows])
 
+    def as_column(self) -> np.ndarray:
+        """The cut-offs as a column that :func:`parse_column` reads back to these exactly:
+        datetime64[ns] (UTC) instants, or float64 epoch seconds."""
+        return self.seconds if self.ns is None else self.ns.view("datetime64[ns]")
+
 
 def parse(value: object) -> Cut | None:
     """An ``as_of`` → :class:`Cut` (``None`` stays ``None``; a :class:`Cut` is returned as is).

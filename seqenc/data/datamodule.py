@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from seqenc.data.bounds import PerColumn, VocabBounds, check_batching
 from seqenc.data.datasets import LabelledDataset, ViewDataset
 from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
+from seqenc.data.label_aggregates import label_aggregates
 from seqenc.data.labels import (
     LabelledView,
     Labels,
@@ -176,7 +178,9 @@ class SequenceDataModule(pl.LightningDataModule):
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
-    def _events(self) -> tuple[Any, EventSchema]:
+    def events(self) -> tuple[Any, EventSchema]:
+        """``(log, schema)``: the event log this module reads (as given, or as loaded for a named
+        format) and its schema."""
         if self.format == "events":
             return self.path, self.schema
         events = load_dataset(self.path, self.format)
@@ -193,12 +197,12 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def _catalogue(self) -> tuple[Vocabularies, float]:
         """The whole log's vocabularies and repeat share, from its id columns (``shard_entities``)."""
-        events, schema = self._events
+        events, schema = self.events
         return fit_catalogue(events, schema, self.bounds, self._restored_vocabs)
 
     @cached_property
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
-        events, schema = self._events
+        events, schema = self.events
         vocabs, shard = self._restored_vocabs, self.shard
         # Read with the exact ticks: events ordered to the tick, label rows cut on them.
         events = Events(read_events(events, schema, shard, exact=True), schema)
@@ -255,10 +259,12 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def spec(self) -> DataSpec:
         """What the model must agree on with this data (the CLI links it into the model)."""
-        labels = None if self.labels is None else self.label_table.spec
+        labels = None
+        if self.labels is not None:
+            labels = self.label_table.spec | {"aggregates": self._label_aggregates[0]}
         share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
         return DataSpec(
-            self._events[1],
+            self.events[1],
             self.vocabs,
             self.history_len,
             share,
@@ -269,17 +275,33 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def label_table(self) -> Labels:
         """The checked label table (``data.labels``)."""
-        events_schema = self._events[1]
-        return read_labels(
-            self.labels, events_schema.entity, self.label_column, self.as_of_column, self.label_task
+        entity = self.events[1].entity
+        table = read_labels(
+            self.labels, entity, self.label_column, self.as_of_column, self.label_task
         )
+        rank_zero_info(f"label task: {table.task}")
+        return table
+
+    @cached_property
+    def _held_out(self) -> tuple[LabelledView, LabelledView]:
+        table = self.label_table
+        train, val, why = hold_out(labelled_view(self.store, table), self.val_share, table.spec)
+        rank_zero_info(why)
+        return train, val
+
+    @cached_property
+    def _label_aggregates(self) -> tuple[dict[str, Any], np.ndarray]:
+        """The aggregates of every label row and their layout, fitted on the training rows
+        (:func:`~seqenc.data.label_aggregates.label_aggregates`): a fused head's wide input."""
+        events, schema = self.events
+        return label_aggregates(events, schema, self.label_table, self._held_out[0].rows)
 
     @cached_property
     def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
-        """(train, validation) labelled samples, split by entity: a fixed ``val_share`` draw."""
-        train, val, why = hold_out(labelled_view(self.store, self.label_table), self.val_share)
-        rank_zero_info(why)
-        return train, val
+        """(train, validation) labelled samples, split by entity (a fixed ``val_share`` draw),
+        each with its aggregates."""
+        values = self._label_aggregates[1]
+        return tuple(replace(s, aggregates=values[s.rows]) for s in self._held_out)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""

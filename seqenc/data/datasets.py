@@ -42,5 +42,10 @@ class LabelledDataset(Dataset):
         batch = collate(view, idx, self.history_len)
         newest = view.store.timestamps[np.maximum(view.ends[idx] - 1, 0)]
         gap = np.where(np.isnan(query), batch.dt_query.numpy(), query - newest)
-        batch = replace(batch, dt_query=torch.from_numpy(gap.astype(np.float32)))
+        wide = self.samples.aggregates
+        batch = replace(
+            batch,
+            dt_query=torch.from_numpy(gap.astype(np.float32)),
+            aggregates=None if wide is None else torch.from_numpy(wide[idx]),
+        )
         return batch, torch.from_numpy(self.samples.targets[idx])

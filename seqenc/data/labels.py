@@ -1,9 +1,13 @@
-"""A label table for fine-tuning: one label per entity (or per entity and ``as_of``) → the samples
-a supervised head trains on, each the entity's history up to its own cut-off.
+"""A label table: one label per entity (or per entity and ``as_of``) → the samples a supervised
+head trains on, each the entity's history up to its own cut-off; the one reader and the one task
+rule of a fine-tuning fit and of the probe.
 
-:func:`read_labels` checks the table (one-line errors naming the column: a missing entity or label
-column, duplicated rows; rows without a label are counted, logged and dropped) and codes the
-target: class codes for classification, the standardised number for regression.
+:func:`label_rows` checks the table (one-line errors naming the column, value or key: a missing
+column, an infinite label, two labels for one key; rows without a label and repeated rows are
+counted and dropped); :func:`read_labels` reads it for a fit and codes the target: class codes for
+classification, the standardised number for regression, the task by :func:`infer_task` (printed
+with its reason). :func:`hold_out` splits the labelled entities so that the validation score is
+defined.
 :func:`labelled_view` turns it into a :class:`~seqenc.data.split.SequenceView` over a store, every
 sample ending at the entity's last event at or before its ``as_of`` (its whole history without
 one), and the query time the readout is for (``as_of``, as ``seqenc embed --as-of`` reads it).
@@ -12,6 +16,7 @@ one), and the query time the readout is for (``as_of``, as ``seqenc embed --as-o
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc.data.cut import NS, RowCuts, ends_at_or_before, parse_column
+from seqenc.data.frames import check_column_names
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.split import SequenceView
 from seqenc.errors import SeqencError
@@ -27,6 +33,7 @@ from seqenc.errors import SeqencError
 log = logging.getLogger(__name__)
 LabelTask = Literal["auto", "classification", "regression"]
 AS_OF = "as_of"  # the cut-off column used when the table has it and no other is named
+MAX_AUTO_CLASSES = 20  # whole-number labels with more distinct values are numbers (task auto)
 
 
 @dataclass
@@ -39,6 +46,8 @@ class Labels:
         target: ``[n]`` int64 class codes, or float32 standardised numbers.
         spec: the head's description (:class:`~seqenc.model.head.SupervisedHead`'s arguments:
             task, classes, center, scale), plain JSON data.
+        task: the task and why it was chosen (:func:`infer_task`), e.g. ``"classification (2
+            distinct whole numbers, at most 20)"``.
         cut: the cut-offs parsed once (:class:`~seqenc.data.cut.RowCuts`), or ``None``.
     """
 
@@ -46,6 +55,7 @@ class Labels:
     as_of: np.ndarray | None
     target: np.ndarray
     spec: dict[str, Any]
+    task: str = ""
     cut: RowCuts | None = None
 
     def __post_init__(self) -> None:
@@ -56,11 +66,25 @@ class Labels:
         return len(self.entity)
 
 
-def infer_task(values: np.ndarray) -> str:
-    """``"regression"`` for floats that are not all whole numbers, else ``"classification"``."""
-    if pd.api.types.is_float_dtype(values) and not np.all(np.equal(np.mod(values, 1), 0)):
-        return "regression"
-    return "classification"
+def infer_task(values: np.ndarray) -> tuple[str, str]:
+    """``(task, why)`` of labels ``values``, the one rule of a fit and a probe: text and
+    true/false are classes; numbers with a fractional part are regression; whole numbers (integers
+    or whole floats) are classes when they take at most :data:`MAX_AUTO_CLASSES` distinct values,
+    else regression (a count or an amount in whole units is a number, not a 97-class head)."""
+    series = pd.Series(values)
+    distinct = int(series.nunique())
+    if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
+        kind = "true/false" if pd.api.types.is_bool_dtype(series) else "non-numeric"
+        return "classification", f"{distinct} distinct {kind} values"
+    numbers = series.to_numpy(dtype=np.float64)
+    if not np.all(np.mod(numbers, 1) == 0):
+        return "regression", "numbers with a fractional part"
+    if distinct <= MAX_AUTO_CLASSES:
+        return "classification", f"{distinct} distinct whole numbers, at most {MAX_AUTO_CLASSES}"
+    return "regression", (
+        f"{distinct} distinct whole numbers, more than {MAX_AUTO_CLASSES}; a classification task "
+        "set explicitly makes them classes"
+    )
 
 
 def _frame(source: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +108,8 @@ def read_labels(
 
     ``as_of_column`` (``None``: :data:`AS_OF` when the table has it) is where each row's history
     stops; a named column the table lacks is refused, as is a label that is a key column. A row
-    per entity (and ``as_of``) at most. ``task`` ``"auto"``: :func:`infer_task`.
+    per entity (and ``as_of``): repeats of a row are dropped and counted, two labels for one key
+    refused (:func:`label_rows`). ``task`` ``"auto"``: :func:`infer_task`.
     """
     frame = _frame(source)
     where = f"labels {source!r}" if not isinstance(source, pd.DataFrame) else "labels"
@@ -93,29 +118,22 @@ def read_labels(
             raise SeqencError(f"{where} have no column {column!r} (columns: {list(frame.columns)})")
     as_of_column = as_of_column or AS_OF
     keys = [entity] + ([as_of_column] if as_of_column in frame.columns else [])
-    if label_column in keys:
-        raise SeqencError(
-            f"{where}: label column {label_column!r} is a key column ({keys}): name the column "
-            "to predict"
-        )
-    missing = frame[label_column].isna().to_numpy()
-    if missing.any():
-        log.warning(
-            "%s: %d of %d rows have no %r, left out", where, missing.sum(), len(frame), label_column
-        )
-        frame = frame[~missing]
-    repeated = frame.duplicated(keys).to_numpy()
-    if repeated.any():
-        first = frame[keys].iloc[int(np.flatnonzero(repeated)[0])].to_dict()
-        raise SeqencError(f"{where}: {repeated.sum()} duplicated row(s) of {keys}, first {first}")
-    if frame.empty:
-        raise SeqencError(f"{where}: no row has a {label_column!r}")
+    try:
+        frame, counts = label_rows(frame, label_column, keys)
+    except SeqencError as e:
+        raise SeqencError(f"{where}: {e}") from None
+    for n, what in (
+        (counts["null_label"], f"have no {label_column!r}"),
+        (counts["duplicate"], f"repeat a row of {label_column!r}"),
+    ):
+        if n:
+            log.warning("%s: %d of %d rows %s, left out", where, n, counts["given"], what)
     values = frame[label_column].to_numpy()
-    task = infer_task(values) if task == "auto" else task
+    task, why = infer_task(values) if task == "auto" else (task, "data.label_task")
     target, spec = _code(values, task, f"{where} column {label_column!r}")
     cut = parse_column(frame[as_of_column], as_of_column) if len(keys) == 2 else None
     as_of = None if cut is None else cut.seconds
-    return Labels(frame[entity].to_numpy(), as_of, target, spec, cut)
+    return Labels(frame[entity].to_numpy(), as_of, target, spec, f"{task} ({why})", cut)
 
 
 def _code(values: np.ndarray, task: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:
@@ -155,15 +173,88 @@ def standardise(numbers: np.ndarray, where: str) -> tuple[float, float]:
     return center, scale
 
 
+def check_label_columns(labels: pd.DataFrame, label_column: str, keys: Sequence[str]) -> None:
+    """The label table must have each key column and the label column once, and the label must
+    not be a key (it would be predicted from itself)."""
+    if label_column in keys:
+        raise SeqencError(
+            f"label column {label_column!r} is a key column ({list(keys)}): name the column to "
+            "predict"
+        )
+    check_column_names(labels.columns, [*keys, label_column], "the labels")
+
+
+def label_rows(
+    labels: pd.DataFrame, label_column: str, keys: Sequence[str]
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """``(rows, counts)``: the key and label columns of ``labels`` with one row per key and a
+    label in each, and what was dropped to get there (``given``, ``null_label``, ``duplicate``:
+    repeats of a row with the same label). An infinite label, a label column with no value, or
+    two different labels for one key are refused naming the value or key."""
+    check_label_columns(labels, label_column, keys)
+    rows = labels[[*keys, label_column]].reset_index(drop=True)
+    values = rows[label_column]
+    null = values.isna().to_numpy()
+    if null.all():
+        raise SeqencError(
+            f"label column {label_column!r} has no value: its {len(rows)} rows are null"
+        )
+    _check_finite(values, label_column)
+    rows = rows[~null]
+    repeated = rows.duplicated(keep="first").to_numpy()  # the same row again: dropped
+    rows = rows[~repeated]
+    conflict = rows.duplicated(keys, keep=False).to_numpy()
+    if conflict.any():
+        key = rows[conflict].iloc[0]
+        where = ", ".join(f"{k}={key[k]!r}" for k in keys)
+        raise SeqencError(
+            f"{where} has different labels in {label_column!r}: give one label row per "
+            f"{' and '.join(keys)}"
+        )
+    counts = {"given": len(labels), "null_label": int(null.sum())}
+    return rows, counts | {"duplicate": int(repeated.sum())}
+
+
+def _check_finite(values: pd.Series, label_column: str) -> None:
+    """A numeric label must be finite (NaN is a missing label, dropped and counted)."""
+    if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+        return
+    numbers = values.to_numpy(dtype=float, na_value=np.nan)
+    infinite = np.isinf(numbers)
+    if infinite.any():
+        row = int(np.flatnonzero(infinite)[0])
+        raise SeqencError(
+            f"label column {label_column!r} holds {numbers[row]} at row {row} (0-based): a label "
+            "must be finite"
+        )
+
+
+def regression_targets(y: np.ndarray) -> np.ndarray:
+    """``y`` as float64 regression targets: finite, not constant (R² is then undefined) and within
+    float64 (:func:`standardise`), else one line."""
+    numbers = y.astype(np.float64)
+    standardise(numbers, "labels")
+    return numbers
+
+
+def describe(counts: dict[str, int]) -> str:
+    """The label rows' fate in one line: given, each kind dropped, used."""
+    dropped = {k: v for k, v in counts.items() if k not in ("given", "used") and v}
+    what = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in dropped.items()) or "none"
+    return f"label rows: {counts['given']} given, dropped: {what}; {counts['used']} used"
+
+
 @dataclass
 class LabelledView:
     """The labelled samples over a store: ``view`` (sample j = the history of ``rows[j]`` of the
-    label table), their ``targets`` and ``query`` times (``as_of``; NaN: the store's reference)."""
+    label table), their ``targets`` and ``query`` times (``as_of``; NaN: the store's reference),
+    and a fused head's ``aggregates`` of each (``[n, n_wide]``, or ``None``)."""
 
     view: SequenceView
     rows: np.ndarray
     targets: np.ndarray
     query: np.ndarray
+    aggregates: np.ndarray | None = None
 
 
 def labelled_view(store: SequenceStore, labels: Labels) -> LabelledView:
@@ -209,18 +300,58 @@ def subset(samples: LabelledView, keep: np.ndarray) -> LabelledView:
         samples.rows[keep],
         samples.targets[keep],
         samples.query[keep],
+        None if samples.aggregates is None else samples.aggregates[keep],
     )
 
 
-def hold_out(samples: LabelledView, share: float) -> tuple[LabelledView, LabelledView, str]:
+def hold_out(
+    samples: LabelledView, share: float, spec: dict[str, Any]
+) -> tuple[LabelledView, LabelledView, str]:
     """``(train, validation, what was held)``: a fixed draw (seed 0) of ``share`` of the labelled
-    entities, at least one, holds out all of their rows."""
-    entities = np.unique(samples.view.rows)
-    rng = np.random.default_rng(0)
-    held = rng.choice(entities, max(1, round(share * len(entities))), replace=False)
-    val = np.isin(samples.view.rows, held)
+    entities, at least one, holds out all of their rows; then, so that the validation score is
+    defined and every class is learnt, entities are added in the same draw's order until the
+    held-out rows hold every class or two different numbers (``spec``: :attr:`Labels.spec`). A
+    table where that leaves a class (or any row) without training rows is refused in one line."""
+    task = spec["task"]
+    entities, entity = np.unique(samples.view.rows, return_inverse=True)
+    order = np.random.default_rng(0).permutation(len(entities))
+    held = np.zeros(len(entities), dtype=bool)
+    held[order[: max(1, round(share * len(entities)))]] = True
+    targets = samples.targets
+    if task == "classification":
+        for c in np.unique(targets):  # a class the draw left out of the held-out rows
+            having = np.zeros(len(entities), dtype=bool)
+            having[entity[targets == c]] = True
+            if not held[having].any():
+                held[order[having[order] & ~held[order]][0]] = True
+    else:
+        while len(np.unique(targets[held[entity]])) < 2 and not held.all():
+            held[order[~held[order]][0]] = True
+    val = held[entity]
+    _check_both_sides(targets[~val], targets[val], spec, len(entities))
     why = (
         f"labels: {int((~val).sum()):,} training and {int(val.sum()):,} validation rows "
-        f"({len(held):,} of {len(entities):,} entities held out)"
+        f"({int(held.sum()):,} of {len(entities):,} entities held out"
+        f"{', every class on both sides' if task == 'classification' else ''})"
     )
     return subset(samples, np.flatnonzero(~val)), subset(samples, np.flatnonzero(val)), why
+
+
+def _check_both_sides(
+    train: np.ndarray, val: np.ndarray, spec: dict[str, Any], n_entities: int
+) -> None:
+    """Refuse a hold-out that cannot train every class or score the held-out rows."""
+    if spec["task"] == "classification":
+        missing = np.setdiff1d(np.unique(val), np.unique(train))
+        if len(missing):
+            raise SeqencError(
+                f"labels: class {spec['classes'][int(missing[0])]!r} is the label of too few "
+                "entities to be both "
+                f"trained on and held out for the validation score ({n_entities} labelled "
+                "entities): give more rows of every class"
+            )
+    elif len(np.unique(train)) < 1 or len(np.unique(val)) < 2:
+        raise SeqencError(
+            f"labels: {n_entities} labelled entities cannot give both training rows and two "
+            "held-out rows of different values (R² needs them): give more label rows"
+        )

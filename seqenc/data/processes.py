@@ -24,7 +24,7 @@ def check_processes(datamodule: Any, world_size: int, stage: str) -> None:
     before the trainer starts, and refuse more processes than batches to share; with
     ``shard_entities``, a process whose entities cannot train (:func:`check_shards`)."""
     if world_size > 1 and datamodule.shard_entities:
-        events, schema = datamodule._events
+        events, schema = datamodule.events
         check_shards(events, schema, datamodule.min_len, world_size)
         return
     trainer, datamodule.trainer = datamodule.trainer, None  # one process's batches: all of them

@@ -177,12 +177,20 @@ class LastStep:
         return cls(head, to_parent, metadata, space_metadata, dim, meta.name)
 
     @torch.inference_mode()
-    def __call__(self, keys: pa.Table, native: np.ndarray, rows: np.ndarray | None = None) -> Chunk:
-        """The chunk of the entities ``keys`` whose own embeddings are ``native``."""
+    def __call__(
+        self,
+        keys: pa.Table,
+        native: np.ndarray,
+        rows: np.ndarray | None = None,
+        wide: np.ndarray | None = None,
+    ) -> Chunk:
+        """The chunk of the entities ``keys`` whose own embeddings are ``native`` (and, for a
+        fused head, aggregates ``wide``)."""
         check_finite(native, "embeddings", self.model)
         predictions = None
         if self.head is not None:
-            scores = self.head(torch.from_numpy(np.asarray(native, dtype=np.float32)))
+            aggregates = None if wide is None else torch.from_numpy(wide)
+            scores = self.head(torch.from_numpy(np.asarray(native, dtype=np.float32)), aggregates)
             predictions = check_finite(self.head.predict(scores).numpy(), "predictions", self.model)
         out = native if self.to_parent is None else self.to_parent.apply(native)
         return Chunk(keys, np.asarray(out, dtype=np.float32), predictions, rows)

@@ -21,7 +21,7 @@ from seqenc.encoding.backends import Backend, runtime_backend
 from seqenc.encoding.batches import iter_batches
 from seqenc.encoding.options import EncodeOptions
 from seqenc.encoding.outputs import Chunk, LastStep
-from seqenc.encoding.store import Counts, entity_columns, sequences
+from seqenc.encoding.store import Counts, entity_columns, sequences, wide_inputs
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import SequenceEncoder
 
@@ -104,13 +104,21 @@ class Encoding:
 
     def stores(self, parts: Iterable[Source], keep_newest: int | None) -> Iterator[SequenceStore]:
         """Each part's histories (:func:`sequences`, newest ``keep_newest`` events), counted."""
+        for store, _ in self._read(parts, keep_newest):
+            yield store
+
+    def _read(
+        self, parts: Iterable[Source], keep_newest: int | None
+    ) -> Iterator[tuple[SequenceStore, np.ndarray | None]]:
+        """Each part's store and a fused head's aggregates of its entities (:func:`wide_inputs`)."""
         bundle = self.bundle
         for part in parts:
             store, counts = sequences(part, bundle.meta, bundle.vocabs, self.options, keep_newest)
+            wide = wide_inputs(part, store, bundle.meta, self.options.cut)
             self.counts += counts
             del part  # the next part is read with this one's memory released
-            yield store
-            del store
+            yield store, wide
+            del store, wide
 
     @torch.inference_mode()
     def chunks(
@@ -121,15 +129,17 @@ class Encoding:
         ``world_size`` gets every ``world_size``-th batch of each part (an empty part: one empty
         chunk, on rank 0)."""
         history_len, dim = self.bundle.meta.history_len, self.bundle.meta.dim
-        for store in self.stores(parts, history_len):
+        for store, wide in self._read(parts, history_len):
             if len(store) == 0 and rank == 0:
                 none = np.zeros(0, dtype=np.int64)
-                yield self.last(entity_columns(store, none, history_len), np.zeros((0, dim)), none)
+                keys = entity_columns(store, none, history_len)
+                yield self.last(keys, np.zeros((0, dim)), none, _rows(wide, none))
             batches = embed_batches(
                 store, self.bundle.backend, history_len, self.options, rank, world_size
             )
             for rows, embeddings in batches:
-                yield self.last(entity_columns(store, rows, history_len), embeddings, rows)
+                keys = entity_columns(store, rows, history_len)
+                yield self.last(keys, embeddings, rows, _rows(wide, rows))
             del store, batches
 
     @torch.inference_mode()
@@ -137,11 +147,15 @@ class Encoding:
         """Every entity of ``events`` in one chunk, in ascending id order (the store's): the
         batches' embeddings scattered into place, then one last step for all of them."""
         history_len, dim = self.bundle.meta.history_len, self.bundle.meta.dim
-        store = next(self.stores([events], history_len))
+        store, wide = next(self._read([events], history_len))
         native = np.zeros((len(store), dim), dtype=np.float32)
         for rows, embeddings in embed_batches(
             store, self.bundle.backend, history_len, self.options
         ):
             native[rows] = embeddings
         rows = np.arange(len(store), dtype=np.int64)
-        return self.last(entity_columns(store, rows, history_len), native, rows)
+        return self.last(entity_columns(store, rows, history_len), native, rows, wide)
+
+
+def _rows(wide: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    return None if wide is None else wide[rows]

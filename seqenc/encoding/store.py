@@ -8,10 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from seqenc.bundle import BundleMeta
+from seqenc.data.aggregates import AggregateSpec
+from seqenc.data.cut import Cut
 from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sequences import SequenceStore, build_sequences, log_unknown_values
 from seqenc.data.vocab import Vocabularies
@@ -107,6 +110,31 @@ def sequences(
             "to leave such entities out"
         )
     return store, Counts.of(store, n_skipped)
+
+
+def wide_inputs(
+    events: Source, store: SequenceStore, meta: BundleMeta, cut: Cut | None
+) -> np.ndarray | None:
+    """``[len(store), n_wide]`` float32: a fused head's aggregates of each stored entity, from
+    the same events at the same parsed cut-off as its history (``EncodeOptions.cut``, through
+    :meth:`AggregateSpec.transform`); ``None`` for a bundle without one."""
+    layout = (meta.head or {}).get("aggregates")
+    if layout is None:
+        return None
+    if len(store) == 0:  # no entity with an event at or before the cut: nothing to aggregate
+        return np.zeros((0, len(layout["names"])), dtype=np.float32)
+    spec = AggregateSpec.from_dict(layout["spec"])
+    table = spec.transform(events, meta.schema, cut)
+    if table.names != list(layout["names"]):
+        raise SeqencError(
+            f"bundle {meta.name!r}: the aggregates of these events have other columns than the "
+            "model was trained on (its aggregate layout does not match this code's)"
+        )
+    ids = pd.Index(table.keys[meta.schema.entity].to_numpy())
+    at = ids.get_indexer(pd.Index(store.entity_ids.to_pandas()))
+    wide = np.zeros((len(store), len(table.names)), dtype=np.float32)
+    wide[at >= 0] = table.values[at[at >= 0]]
+    return wide
 
 
 def entity_columns(store: SequenceStore, rows: np.ndarray, history_len: int) -> pa.Table:

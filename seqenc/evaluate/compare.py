@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from seqenc.evaluate.labels import label_rows
+from seqenc.data.labels import label_rows
 from seqenc.evaluate.probe import Model, Task, probe
 
 
@@ -28,7 +28,8 @@ def compare(
     """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
     (``a+b``), on the rows all of them cover, so the scores compare like with like. One row per
     model and feature set; ``attrs["label_rows"]`` counts the label rows given, dropped (by
-    cause: ``null_label``, ``duplicate``, ``no_features``) and used.
+    cause: ``null_label``, ``duplicate``, ``no_features``) and used; ``attrs["task_reason"]`` the
+    task and why it was chosen.
 
     Every row is scored on the same folds. ``reference`` (a name of ``feature_sets``, e.g.
     ``"aggregates"``): each other row of the same model also gets ``paired_{metric}`` and
@@ -66,6 +67,7 @@ def compare(
         )
     table = pd.DataFrame(rows)
     table.attrs["label_rows"] = counts
+    table.attrs["task_reason"] = result.task_reason  # the same labels, the same task, every row
     return table
 
 

@@ -1,7 +1,7 @@
 """The hand-made aggregates' score beside a fine-tuned model's, on the same held-out entities.
 
 After a fine-tuning fit tests its checkpoint on the held-out labelled entities, a logistic (or
-ridge) regression on :func:`~seqenc.evaluate.features.aggregate_features`, each row read up to its
+ridge) regression on :class:`~seqenc.data.aggregates.AggregateSpec`, each row read up to its
 label's ``as_of``, is fitted on the fit's labelled training rows and scored on the same held-out
 rows with the same score (ROC-AUC or R²): a user sees at once whether the encoder earns its place.
 Seconds on thousands of labelled rows; scikit-learn (``seqenc[eval]``) missing is one line.
@@ -9,79 +9,80 @@ Seconds on thousands of labelled rows; scikit-learn (``seqenc[eval]``) missing i
 
 from __future__ import annotations
 
-import warnings
-
 import lightning.pytorch as pl
 import numpy as np
 import pandas as pd
 from lightning.pytorch.callbacks import Callback
 
+from seqenc.data.aggregates import AggregateSpec, RowCutoffs
+from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.events import Events, read_events
 from seqenc.data.labels import LabelledView, Labels
+from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
-from seqenc.evaluate.features import aggregate_features
-from seqenc.evaluate.probe import estimator, feature_matrix, prediction_scores
-from seqenc.training.label_score import score_name
+from seqenc.evaluate.probe import estimator, fit_estimator
+from seqenc.scores import prediction_scores, score_name
 
 # The aggregates of the baseline: the most frequent values of each categorical column get their
 # own counts, shares and numeric summaries (a measurement log's per-parameter mean, min, max, last).
 MAX_CATEGORIES = 50
 VALUE_STATS = ("mean", "min", "max", "last")
-AS_OF = "_as_of"
 
 
 def aggregates_at(
-    datamodule: object, labels: Labels, samples: LabelledView
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(X, kept)``: the aggregates of each labelled sample at its label's cut-off, and the
-    positions of the samples that have them (an event at or before the cut-off)."""
-    source, schema = datamodule._events  # the log as the fit read it, and its schema
-    entity = labels.entity[samples.rows]
-    keys = [schema.entity]
-    if labels.as_of is None:  # whole histories: one row per entity
-        table = aggregate_features(source, schema, None, max_categories=MAX_CATEGORIES,
-                                   value_stats=VALUE_STATS)  # fmt: skip
-        rows = pd.DataFrame({schema.entity: entity})
+    datamodule: SequenceDataModule, train: LabelledView, held: LabelledView
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """``((X, kept) of the training samples, (X, kept) of the held-out ones)``: the aggregates
+    (:class:`~seqenc.data.aggregates.AggregateSpec`, its columns fitted on the training rows at
+    their cut-offs, as a model fits them) of each sample at its label's cut-off, and the positions
+    of the samples that have them (an event at or before the cut-off)."""
+    source, schema = datamodule.events
+    labels = datamodule.label_table
+    events = Events(read_events(source, schema, exact=True), schema)  # read once, cut on ticks
+    options = dict(max_categories=MAX_CATEGORIES, value_stats=VALUE_STATS)
+    if labels.cut is None:  # whole histories: the columns of the training entities' events
+        table = events.table
+        ids = table[schema.entity].to_pandas().isin(labels.entity[train.rows]).to_numpy()
+        spec = AggregateSpec.fit(Events(table.filter(ids), schema), schema, **options)
     else:
-        cut = labels.cut  # the exact cut-offs (numbers: epoch seconds, as the table gave them)
-        ns = None if cut.ns is None else pd.to_datetime(cut.ns[samples.rows], unit="ns", utc=True)
-        when = cut.seconds[samples.rows] if ns is None else ns
-        rows = pd.DataFrame({schema.entity: entity, AS_OF: when})
-        table = aggregate_features(
-            source, schema, rows, as_of_column=AS_OF, max_categories=MAX_CATEGORIES,
-            value_stats=VALUE_STATS,
-        )  # fmt: skip
-        keys.append(AS_OF)
-    joined = rows.reset_index().merge(table, on=keys, how="inner")
-    return feature_matrix(joined, exclude=["index", *keys]), joined["index"].to_numpy()
+        spec = AggregateSpec.fit(events, schema, _cutoffs(labels, train), **options)
+    return tuple(_rows(spec, events, schema, labels, samples) for samples in (train, held))
 
 
-def aggregates_score(datamodule: object, task: str, n_classes: int) -> tuple[float, int, int]:
+def _cutoffs(labels: Labels, samples: LabelledView) -> RowCutoffs:
+    """The samples' entities and cut-offs (the label table's, parsed once)."""
+    return RowCutoffs(labels.entity, labels.cut).take(samples.rows)
+
+
+def _rows(
+    spec: AggregateSpec, events: Events, schema: EventSchema, labels: Labels, samples: LabelledView
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, kept)``: the aggregates of the samples that have an event at their cut-off."""
+    if labels.cut is not None:
+        out = spec.transform(events, schema, _cutoffs(labels, samples))
+        return out.values, out.keys.index.to_numpy()
+    out = spec.transform(events, schema)
+    position = pd.Index(out.keys[schema.entity]).get_indexer(labels.entity[samples.rows])
+    kept = np.flatnonzero(position >= 0)
+    return out.values[position[kept]], kept
+
+
+def aggregates_score(
+    datamodule: SequenceDataModule, task: str, n_classes: int
+) -> tuple[float, int, int]:
     """``(score, n_features, n_rows)`` of the aggregates' linear model, fitted on the
     datamodule's labelled training rows and scored on its held-out ones."""
     kind = "regression" if task == "regression" else "binary" if n_classes == 2 else "multiclass"
     model = estimator(kind, "linear")[1]  # first: without scikit-learn, nothing else is computed
-    labels = datamodule.label_table
     train, held = datamodule.labelled_splits
-    x, kept = aggregates_at(datamodule, labels, _union(train, held))
-    n_train = len(train.rows)
-    is_train = kept < n_train
-    targets = np.concatenate([train.targets, held.targets])[kept]
-    with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
-        warnings.simplefilter("ignore", FutureWarning)
-        model.fit(x[is_train], targets[is_train])
-    x_held, y_held = x[~is_train], targets[~is_train]
+    (x, kept), (x_held, kept_held) = aggregates_at(datamodule, train, held)
+    fit_estimator(model, x, train.targets[kept])
+    y_held = held.targets[kept_held]
     if kind == "regression":
         scores = prediction_scores(kind, y_held, model.predict(x_held))
     else:
-        classes = model[-1].classes_
-        scores = prediction_scores(kind, y_held, model.predict_proba(x_held), classes)
-    return scores[score_name(task)], x.shape[1], int(is_train.sum())
-
-
-def _union(train: LabelledView, held: LabelledView) -> LabelledView:
-    """Both sample sets, training rows first (only ``rows`` is read)."""
-    rows = np.concatenate([train.rows, held.rows])
-    return LabelledView(train.view, rows, np.empty(0), np.empty(0))
+        scores = prediction_scores(kind, y_held, model.predict_proba(x_held), model[-1].classes_)
+    return scores[score_name(task)], x.shape[1], len(kept)
 
 
 class LabelBaselines(Callback):

@@ -13,8 +13,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from seqenc.data.labels import infer_task, label_rows, regression_targets
 from seqenc.errors import SeqencError
-from seqenc.evaluate.labels import label_rows, regression_targets
+from seqenc.scores import prediction_scores, r2
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
 Model = Literal["linear", "trees"]
@@ -46,7 +47,7 @@ def _sklearn():
 class ProbeResult:
     """Per-fold scores of one probe. ``folds[metric]`` has one value per fold; ``baseline`` holds
     what a constant predictor scores on the same folds (majority class accuracy, AUC 0.5, R² ≤ 0);
-    ``label_rows`` what became of the label rows (:func:`~seqenc.evaluate.labels.label_rows`)."""
+    ``label_rows`` what became of the label rows (:func:`~seqenc.data.labels.label_rows`)."""
 
     task: str
     n_rows: int
@@ -55,6 +56,7 @@ class ProbeResult:
     folds: dict[str, np.ndarray] = field(default_factory=dict)
     baseline: dict[str, float] = field(default_factory=dict)
     label_rows: dict[str, int] = field(default_factory=dict)  # given, dropped by cause, used
+    task_reason: str = ""  # the task and why it was chosen (probe_task)
 
     def mean(self, metric: str) -> float:
         return float(np.mean(self.folds[metric]))
@@ -104,7 +106,7 @@ def _align(
     label_column: str | None,
     on: Sequence[str] | None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """Row-aligned ``X``, ``y`` and the counts of :func:`~seqenc.evaluate.labels.label_rows`."""
+    """Row-aligned ``X``, ``y`` and the counts of :func:`~seqenc.data.labels.label_rows`."""
     if not isinstance(labels, pd.DataFrame):
         return _align_arrays(features, labels)
     if not isinstance(features, pd.DataFrame):
@@ -145,10 +147,17 @@ def _align_arrays(
     return x[kept].astype(float), y[kept], counts | {"no_features": 0, "used": len(kept)}
 
 
-def _infer_task(y: np.ndarray) -> str:
-    if pd.api.types.is_float_dtype(y) and not np.all(np.equal(np.mod(y, 1), 0)):
-        return "regression"
-    return "binary" if len(pd.unique(y)) == 2 else "multiclass"
+def probe_task(y: np.ndarray, task: Task = "auto") -> tuple[str, str]:
+    """``(task, why)``: ``binary``, ``multiclass`` or ``regression``; ``"auto"`` by the one rule
+    of a fit and a probe (:func:`~seqenc.data.labels.infer_task`)."""
+    if task != "auto":
+        if task not in ("binary", "multiclass", "regression"):
+            raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
+        return task, f"{task} (set with task)"
+    kind, why = infer_task(y)
+    if kind == "classification":
+        kind = "binary" if len(pd.unique(y)) == 2 else "multiclass"
+    return kind, f"{kind} ({why})"
 
 
 def probe(
@@ -170,12 +179,12 @@ def probe(
             or :func:`aggregate_features`).
         labels: an array aligned with ``features``, or a table joined to it on ``on`` (default:
             the columns both tables have) with the target in ``label_column``, checked by
-            :func:`~seqenc.evaluate.labels.label_rows`: rows with a null label, repeated rows
+            :func:`~seqenc.data.labels.label_rows`: rows with a null label, repeated rows
             and rows with no feature row are dropped and counted (``label_rows``); an infinite
             label or two labels for one key are refused.
         task: ``"binary"`` / ``"multiclass"`` (logistic regression, multinomial for more than two
             classes; ROC-AUC (one-vs-rest macro for multiclass) and accuracy) or ``"regression"``
-            (ridge; R²). ``"auto"``: regression for non-integral floats, else classes.
+            (ridge; R²). ``"auto"``: :func:`probe_task` (the one rule of a fit and a probe).
         model: ``"linear"``: standardisation and the regularisation strength (``C_GRID`` by an
             inner 3-fold search for classes, ``ALPHA_GRID`` by leave-one-out for ridge) fitted on
             each training fold only. ``"trees"``: ``HistGradientBoostingClassifier`` /
@@ -187,18 +196,19 @@ def probe(
     Every model sees the same folds for a given ``seed`` and labels, so scores of two feature
     sets differ fold by fold only by their features (paired differences).
     """
-    metrics = _sklearn()[2]
+    _sklearn()
     if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
         raise SeqencError(f"n_splits (folds) must be an integer >= 2, got {n_splits!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     x, y, counts = _align(features, labels, label_column, on)
+    task, why = probe_task(y, task)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
     folds, base = defaultdict(list), defaultdict(list)  # metric -> one value per fold
     for train, test in splits:
         for name, value in probe_fold(x, y, task, model, train, test, n_splits, seed).items():
             folds[name].append(value)
-        for name, value in _baseline(metrics, task, y[train], y[test]).items():
+        for name, value in _baseline(task, y[train], y[test]).items():
             base[name].append(value)
     return ProbeResult(
         task=task,
@@ -208,6 +218,7 @@ def probe(
         folds={k: np.asarray(v) for k, v in folds.items()},
         baseline={k: float(np.mean(v)) for k, v in base.items()},
         label_rows=counts,
+        task_reason=why,
     )
 
 
@@ -224,7 +235,7 @@ def probe_fold(
     """One fold of :func:`probe`: the probe fitted on rows ``train`` of ``x`` and coded labels
     ``y`` (:func:`cv_folds`), scored on rows ``test`` (so one fold can run on its own)."""
     search = estimator(task, model, n_splits, seed)[1]
-    _fit(search, x[train], y[train])
+    fit_estimator(search, x[train], y[train])
     return _scores(task, search, x[test], y[test])
 
 
@@ -236,15 +247,13 @@ def cv_folds(
     encoder) is scored on the same held-out rows by :func:`prediction_scores`."""
     if len(y) < n_splits:
         raise SeqencError(f"{len(y)} labelled row(s) cannot make {n_splits} folds")
-    task = _infer_task(y) if task == "auto" else task
-    if task not in ("binary", "multiclass", "regression"):
-        raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
+    task = probe_task(y, task)[0]
     codes, classes = _label_codes(task, y, n_splits)
     splitter = estimator(task, "linear", n_splits, seed)[0]
     return task, codes, classes, list(splitter.split(np.zeros((len(codes), 1)), codes))
 
 
-def _fit(search, x: np.ndarray, y: np.ndarray) -> None:
+def fit_estimator(search, x: np.ndarray, y: np.ndarray) -> None:
     """Fit a probe on a training fold; one too small for the inner splits is one line."""
     try:
         with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
@@ -335,31 +344,15 @@ class _HoldoutSearch:
 
 
 def _scores(task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """The fitted probe's scores on a test fold (:func:`~seqenc.scores.prediction_scores`)."""
     if task == "regression":
         return prediction_scores(task, y, model.predict(x))
     return prediction_scores(task, y, model.predict_proba(x), model.classes_)
 
 
-def prediction_scores(
-    task: str, y: np.ndarray, output: np.ndarray, classes: np.ndarray | None = None
-) -> dict[str, float]:
-    """The probe's metrics of predictions ``output`` for coded labels ``y``: R² of numbers, or
-    ROC-AUC and accuracy of ``[n, k]`` probabilities of ``classes`` (default ``0..k-1``)."""
-    metrics = _sklearn()[2]
-    if task == "regression":
-        return {"r2": float(metrics.r2_score(y, output))}
-    classes = np.arange(output.shape[1]) if classes is None else np.asarray(classes)
-    if task == "binary":
-        auc = metrics.roc_auc_score(y, output[:, 1])
-    else:
-        auc = metrics.roc_auc_score(y, output, multi_class="ovr", labels=classes)
-    accuracy = metrics.accuracy_score(y, classes[output.argmax(axis=1)])
-    return {"roc_auc": float(auc), "accuracy": float(accuracy)}
-
-
-def _baseline(metrics, task: str, train: np.ndarray, test: np.ndarray) -> dict[str, float]:
+def _baseline(task: str, train: np.ndarray, test: np.ndarray) -> dict[str, float]:
     """A constant predictor fitted on the training fold."""
     if task == "regression":
-        return {"r2": float(metrics.r2_score(test, np.full(len(test), train.mean())))}
+        return {"r2": r2(test, np.full(len(test), train.mean()))}
     majority = np.bincount(train).argmax()
     return {"roc_auc": 0.5, "accuracy": float(np.mean(test == majority))}

@@ -49,6 +49,8 @@ class Batch:
         next_gaps: ``[B, L]`` float32 gap from each event to the time its position predicts for,
             set by the basket rule (:func:`seqenc.model.baskets.basket_inputs`: the next basket's
             time); ``None``: the next event's, see :attr:`query_gaps`.
+        aggregates: ``[B, n_wide]`` float32 hand-made aggregates of each row's events at its cut-off,
+            the wide input of a fused label head (:mod:`seqenc.model.head`), or ``None``.
     """
 
     items: torch.Tensor
@@ -63,6 +65,7 @@ class Batch:
     dt_query: torch.Tensor | None = None
     target_sets: torch.Tensor | None = None
     next_gaps: torch.Tensor | None = None
+    aggregates: torch.Tensor | None = None
 
     @property
     def padding_mask(self) -> torch.Tensor:
@@ -115,3 +118,37 @@ class Batch:
                 if getattr(self, f.name) is not None
             },
         )
+
+
+def drop_events(batch: Batch, share: float) -> Batch:
+    """``batch`` with each real event dropped with probability ``share`` (at least one kept per
+    non-empty row), the kept ones moved left in their order: input dropout over events, a
+    regulariser for small labelled sets. Gaps from the previous event are re-measured between the
+    kept events (the first kept event keeps its own)."""
+    real = batch.padding_mask
+    positions = torch.arange(real.shape[1], device=real.device)[None, :]
+    keep = real & (torch.rand(real.shape, device=real.device) >= share)
+    newest = positions == (batch.lengths - 1)[:, None]
+    keep |= newest & ~keep.any(1, keepdim=True)
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
+    lengths = keep.sum(1)
+    kept = positions < lengths[:, None]
+
+    def take(t: torch.Tensor) -> torch.Tensor:
+        index = order.view(*order.shape, *[1] * (t.dim() - 2)).expand_as(t)
+        out = t.gather(1, index)
+        return out * kept.view(*kept.shape, *[1] * (t.dim() - 2)).to(out.dtype)
+
+    dt_ref = take(batch.dt_ref)
+    between = (dt_ref[:, :-1] - dt_ref[:, 1:]).clamp(min=0).to(batch.dt_prev.dtype)
+    dt_prev = torch.cat([take(batch.dt_prev)[:, :1], between], dim=1) * kept
+    return replace(
+        batch,
+        items=take(batch.items),
+        lengths=lengths,
+        dt_prev=dt_prev,
+        dt_ref=dt_ref,
+        categorical=take(batch.categorical),
+        numeric=take(batch.numeric),
+        next_gaps=None if batch.next_gaps is None else take(batch.next_gaps),
+    )

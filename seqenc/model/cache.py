@@ -54,6 +54,16 @@ def check_incremental(model: SequenceEncoder) -> None:
             "incremental encoding needs a causal model: a masked (bidirectional) model's every "
             "position attends to the new events; use encode() on the whole history"
         )
+    if model.head is not None and model.head.wide is not None:
+        raise SeqencError(
+            "incremental encoding cannot serve a head fused with aggregates (they summarise the "
+            "whole history at its cut-off); use encode() on the whole history"
+        )
+    if config.pooling == "attention":
+        raise SeqencError(
+            "incremental encoding cannot serve attention pooling (each new event re-weighs every "
+            "older state); use encode() on the whole history"
+        )
     if config.time and config.recency:
         raise SeqencError(
             "incremental encoding cannot serve a model with the legacy recency input (every "

@@ -60,6 +60,9 @@ class TokenEmbedding(nn.Module):
         categorical_sizes: tuple[int, ...],
         n_numeric: int,
         per_item_numeric: bool = False,
+        time_values: bool = False,
+        item_values: bool = False,
+        causal: bool = True,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
@@ -85,37 +88,36 @@ class TokenEmbedding(nn.Module):
             # set_numeric_stats, saved with the weights); until then every item reads as the same.
             self.register_buffer("numeric_center", torch.zeros(n_items, n_numeric))
             self.register_buffer("numeric_scale", torch.ones(n_items, n_numeric))
+            width = n_numeric + (d_model if item_values else 0)
             self.value = nn.Sequential(
-                nn.Linear(n_numeric, d_model), nn.GELU(), nn.Linear(d_model, d_model)
+                nn.Linear(width, d_model), nn.GELU(), nn.Linear(d_model, d_model)
             )
+        self.item_values = item_values and self.value is not None
+        self.causal = causal
+        self.time = (
+            nn.Sequential(nn.Linear(3, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+            if time_values
+            else None
+        )
         self._packed: tuple[tuple, Tensor, Tensor] | None = None  # see packed_tables
 
     def forward(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
-        """``[B, L, d]`` token vectors of ``batch`` (before dropout).
+        """``[B, L, d]`` token vectors of ``batch`` (before dropout): each event's
+        :meth:`content` plus its place in the history, :meth:`context`.
 
         ``positions``: ``[B, L]`` position of each token in its history (default ``0 … L-1``; an
         incremental encode passes the positions after the cached ones)."""
-        items, padding_mask = batch.items, batch.padding_mask
-        categorical, numeric = batch.categorical, batch.numeric
-        lookups = [(self.item, items)]
-        if self.position is not None:
-            if positions is None:
-                positions = torch.arange(items.shape[1], device=items.device)
-            lookups.append((self.position, positions))
-        pad = torch.full_like(items, self.n_time_buckets)
-        for table, gaps in (
-            (self.dt_prev, batch.dt_prev),
-            (self.dt_query, batch.query_gaps if self.dt_query is not None else None),
-            (self.dt_ref, batch.dt_ref),
-        ):
-            if table is not None:
-                buckets = torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)
-                lookups.append((table, buckets))
+        return self.content(batch).add_(self.context(batch, positions))
+
+    def content(self, batch: Batch) -> Tensor:
+        """``[B, L, d]`` what each event is: its item, categorical features and numeric values."""
+        items, categorical, numeric = batch.items, batch.categorical, batch.numeric
         if len(self.categorical) != categorical.shape[-1]:
             raise SeqencError(
                 f"batch has {categorical.shape[-1]} categorical feature columns, the model was built "
                 f"for {len(self.categorical)} (EncoderConfig.categorical_sizes)"
             )
+        lookups = [(self.item, items)]
         for column, embedding in enumerate(self.categorical):
             lookups.append((embedding, categorical[..., column]))
         x = self.summed_lookups(lookups)
@@ -129,8 +131,54 @@ class TokenEmbedding(nn.Module):
             logs = signed_log(numeric)
             x.add_(self.numeric(logs))
             if self.value is not None:
-                x.add_(self.value(self.standardised(logs, items)))
+                z = self.standardised(logs, items)
+                if self.item_values:
+                    z = torch.cat([z, self.item(items)], dim=-1)
+                x.add_(self.value(z))
         return x
+
+    def context(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
+        """``[B, L, d]`` where each token stands: its position and its time inputs (gap buckets,
+        continuous time values); zero when the model has none."""
+        items, padding_mask = batch.items, batch.padding_mask
+        lookups = []
+        if self.position is not None:
+            if positions is None:
+                positions = torch.arange(items.shape[1], device=items.device)
+            lookups.append((self.position, positions.expand_as(items)))
+        pad = torch.full_like(items, self.n_time_buckets)
+        for table, gaps in (
+            (self.dt_prev, batch.dt_prev),
+            (self.dt_query, batch.query_gaps if self.dt_query is not None else None),
+            (self.dt_ref, batch.dt_ref),
+        ):
+            if table is not None:
+                buckets = torch.where(padding_mask, time_bucket(gaps, self.n_time_buckets), pad)
+                lookups.append((table, buckets))
+        d = self.item.embedding_dim
+        x = self.summed_lookups(lookups) if lookups else items.new_zeros(*items.shape, d).float()
+        if self.time is not None:
+            x.add_(self.time(self.time_values(batch)))
+        return x
+
+    def time_values(self, batch: Batch) -> Tensor:
+        """``[B, L, 3]`` continuous time inputs, 0 on PAD: ``log1p`` of the hours since the
+        history's first event, and, without causal attention, ``log1p`` of the hours to the query
+        time (``as_of``; the newest position's time plus :attr:`~Batch.query_gap`) and the event's
+        place between the first event and the query time (0 … 1). A causal model gets zeros for
+        the last two: inside a training window they would tell each position when it ends."""
+        dt_ref = batch.dt_ref.double()
+        since_first = (dt_ref[:, :1] - dt_ref).clamp(min=0)
+        columns = [torch.log1p(since_first / 3600.0)]
+        if self.causal:
+            columns += [torch.zeros_like(dt_ref)] * 2
+        else:
+            newest = dt_ref.gather(1, (batch.lengths - 1).clamp(min=0)[:, None])
+            to_query = (dt_ref - newest).clamp(min=0) + batch.query_gap.double()[:, None]
+            span = (since_first + to_query)[:, :1].clamp(min=1.0)
+            columns += [torch.log1p(to_query / 3600.0), since_first / span]
+        values = torch.stack(columns, dim=-1) * batch.padding_mask[..., None]
+        return values.to(self.time[0].weight.dtype)
 
     def standardised(self, logs: Tensor, items: Tensor) -> Tensor:
         """``[B, L, n_numeric]`` signed-log values in units of their item's scale from its centre,

@@ -16,9 +16,10 @@ from torch import Tensor, nn
 from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
-from seqenc.model.batch import N_SPECIAL, Batch
+from seqenc.model.batch import N_SPECIAL, Batch, drop_events
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
+from seqenc.model.groups import events_of_groups, group_batch, group_starts, sum_into_groups
 from seqenc.model.head import SupervisedHead
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
@@ -27,7 +28,7 @@ from seqenc.model.readout import entity_readout, newest_state
 from seqenc.model.repeat import RepeatHead, newest_copy
 
 POSITIONALS = ("learned", "rope", "none")
-POOLINGS = ("last", "mean")
+POOLINGS = ("last", "mean", "attention")
 NUMERIC_SCALINGS = ("global", "per_item")
 
 
@@ -70,7 +71,23 @@ class EncoderConfig:
             :class:`~seqenc.training.module.SeqencModule` decides from the data; a bundle written
             without the field reads ``"global"``.
         causal: ``False`` for bidirectional (BERT4Rec) attention.
-        pooling: entity embedding from the ``"last"`` position or the ``"mean"`` of real positions.
+        pooling: entity embedding from the ``"last"`` position, the ``"mean"`` of real positions,
+            or their ``"attention"``-weighted sum (a learned score per position,
+            :func:`~seqenc.model.readout.attention_pool`).
+        time_values: (with ``time``; ``None``: on without causal attention, set by
+            :class:`~seqenc.training.module.SeqencModule`; a bundle without the field has none) besides the buckets, continuous time through a small MLP:
+            each event's time since the history's first event and, without causal attention, its
+            time to the reference time (``as_of``) and its place in that span
+            (:meth:`~seqenc.model.embeddings.TokenEmbedding.time_values`).
+        item_values: (with ``numeric_scaling="per_item"``; ``None`` like ``time_values``) the value MLP reads the item's
+            embedding beside the standardised value, so a value means what it means for its item.
+        group_times: (bidirectional, with ``time``) the events that share a time are one token
+            (:mod:`seqenc.model.groups`): attention over the history's distinct times, each
+            event reading its group's state. Off unless set (``None``): faster, but it mixes the
+            events of a time into one vector (BENCHMARKS.md, "Downstream").
+        event_dropout: in training, the share of each history's events the entity readout drops
+            (:func:`~seqenc.model.batch.drop_events`): a regulariser for label heads trained on a
+            few thousand rows.
         normalize: L2-normalise the entity embedding.
         baskets: (causal only) the basket rule of :mod:`seqenc.model.baskets`: events that share a
             time are a set; set from the data (``data.baskets``). Without it the fused causal
@@ -99,6 +116,10 @@ class EncoderConfig:
     pooling: str = "last"
     normalize: bool = False
     baskets: bool = False
+    time_values: bool | None = None
+    item_values: bool | None = None
+    event_dropout: float = 0.0
+    group_times: bool | None = None
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
@@ -117,10 +138,18 @@ class EncoderConfig:
             ),
             (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
             (
+                not self.item_values or self.numeric_scaling in (None, "per_item"),
+                "item_values needs numeric_scaling='per_item'",
+            ),
+            (
                 self.numeric_scaling in (None, *NUMERIC_SCALINGS),
                 f"numeric_scaling={self.numeric_scaling!r} not in {NUMERIC_SCALINGS}",
             ),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} not in [0, 1)"),
+            (
+                0.0 <= self.event_dropout < 1.0,
+                f"event_dropout={self.event_dropout} not in [0, 1)",
+            ),
             (
                 0.0 <= self.attention_dropout < 1.0,
                 f"attention_dropout={self.attention_dropout} not in [0, 1)",
@@ -132,6 +161,10 @@ class EncoderConfig:
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
             (self.causal or not self.baskets, "baskets needs the causal objective"),
+            (
+                not (self.causal and self.group_times),
+                "group_times needs bidirectional attention (the masked objective)",
+            ),
             (
                 all(s >= 1 for s in self.categorical_sizes),
                 f"categorical_sizes={self.categorical_sizes} must be >= 1",
@@ -266,6 +299,9 @@ class SequenceEncoder(nn.Module):
             categorical_sizes=config.categorical_sizes,
             n_numeric=config.n_numeric,
             per_item_numeric=config.numeric_scaling == "per_item",
+            time_values=bool(config.time and config.time_values),
+            item_values=bool(config.item_values),
+            causal=config.causal,
         )
         self.rope = (
             RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)
@@ -278,6 +314,12 @@ class SequenceEncoder(nn.Module):
         self.repeat = (
             RepeatHead(config.d_model, config.n_time_buckets, config.time, config.query_time)
             if config.repeat_head
+            else None
+        )
+        d = config.d_model
+        self.pool_score = (
+            nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
+            if config.pooling == "attention"
             else None
         )
         init_weights(self, config.n_layers)
@@ -302,6 +344,9 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
                 f"feed at most {self.config.n_positions - 1} events per history"
             )
+        if self.config.group_times and self.config.time:
+            hidden = self.grouped(batch)
+            return newest_state(hidden, batch.lengths)[:, None] if newest_only else hidden
         baskets = self.config.baskets
         positions = basket_positions(batch) if baskets else None
         x = self.drop(self.embed(batch, positions))
@@ -327,6 +372,28 @@ class SequenceEncoder(nn.Module):
             return newest_state(x, batch.lengths)[:, None]
         return x
 
+    def grouped(self, batch: Batch) -> Tensor:
+        """:meth:`forward` over time groups (:mod:`seqenc.model.groups`): ``[B, L, d]`` each
+        event's group state. Bidirectional; a trace keeps every position as a possible group."""
+        starts = group_starts(batch)
+        lengths = starts.sum(1)
+        tracing = torch.jit.is_tracing()
+        width = batch.items.shape[1] if tracing else max(1, int(lengths.max()))
+        groups = group_batch(batch, starts, width)
+        content = self.embed.content(batch)
+        tokens, group = sum_into_groups(content, starts, batch.padding_mask, width)
+        x = self.drop(tokens + self.embed.context(groups))
+        mask = key_padding_mask(lengths, width)
+        gaps = None
+        if self.config.time_bias:
+            gaps = time_bucket(
+                (groups.dt_ref[:, :, None] - groups.dt_ref[:, None, :]).abs(),
+                self.config.n_time_buckets,
+            )
+        for block in self.blocks:
+            x = block(x, False, mask, self.rope, gaps, lengths)
+        return events_of_groups(self.ln_final(x), group)
+
     def entity_embedding(self, batch: Batch, traced: bool = False) -> Tensor:
         """``[B, d]`` one vector per history.
 
@@ -337,11 +404,15 @@ class SequenceEncoder(nn.Module):
         follow (:mod:`seqenc.encoding.onnx`): the [MASK] column is always appended and the last block runs
         every position; the same values.
         """
-        query = readout_objective(self.config.causal, self.config.baskets).query(
+        config = self.config
+        if self.training and config.event_dropout > 0:
+            batch = drop_events(batch, config.event_dropout)
+        query = readout_objective(config.causal, config.baskets).query(
             batch, widen=True if traced else None
         )
-        hidden, lengths = self.final_states(query, self.config.pooling == "last" and not traced)
-        return entity_readout(hidden, lengths, self.config.pooling, self.config.normalize)
+        hidden, lengths = self.final_states(query, config.pooling == "last" and not traced)
+        scores = None if self.pool_score is None else self.pool_score(hidden)[..., 0]
+        return entity_readout(hidden, lengths, config.pooling, config.normalize, scores)
 
     def final_states(self, batch: Batch, newest_only: bool) -> tuple[Tensor, Tensor]:
         """``(hidden, lengths)`` for the readout: every position's state, or with ``newest_only``

@@ -5,6 +5,11 @@ Regression: one number, trained on the standardised target (``center``, ``scale`
 labels) so the loss is well scaled whatever the label's unit, read out in the label's unit. The
 head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundle stores it in
 ``config.json`` and the weights beside the encoder's.
+
+A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
+(:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
+with the training rows' statistics (stored in its layout) and added through their own linear map
+beside the readout's, trained end to end (wide and deep).
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqenc.model.embeddings import signed_log
+
 TASKS = ("classification", "regression")
+WIDE_CLIP = 8.0  # a standardised aggregate beyond this many scales says no more than "extreme"
 
 
 class SupervisedHead(nn.Module):
@@ -27,6 +35,11 @@ class SupervisedHead(nn.Module):
         task: ``"classification"`` or ``"regression"``.
         classes: the class values in output order (JSON values); empty for regression.
         center, scale: regression only: a prediction is ``output * scale + center``.
+        aggregates: a fused head's aggregate layout (plain JSON data: the spec of
+            :class:`~seqenc.data.aggregates.AggregateSpec`, its column ``names`` and their
+            training ``center`` and ``scale`` after a signed log,
+            :func:`~seqenc.data.label_aggregates.label_aggregates`); ``None``: the readout alone.
+        wide_dropout: dropout on the standardised aggregates in training.
     """
 
     def __init__(
@@ -36,6 +49,8 @@ class SupervisedHead(nn.Module):
         classes: list[Any] | tuple[Any, ...] = (),
         center: float = 0.0,
         scale: float = 1.0,
+        aggregates: dict[str, Any] | None = None,
+        wide_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -48,10 +63,42 @@ class SupervisedHead(nn.Module):
         self.center, self.scale = float(center), float(scale)
         self.norm = nn.LayerNorm(d_model)
         self.linear = nn.Linear(d_model, len(classes) if classes else 1)
+        self.aggregates, self.wide_dropout = aggregates, float(wide_dropout)
+        self.wide = None
+        if aggregates is not None:
+            for name in ("center", "scale"):  # plain data in the layout, a buffer to compute on
+                values = torch.tensor(aggregates[name], dtype=torch.float32)
+                self.register_buffer(f"wide_{name}", values, persistent=False)
+            self.wide = nn.Linear(len(aggregates["names"]), self.linear.out_features)
+            nn.init.zeros_(self.wide.weight)
+            self.drop = nn.Dropout(wide_dropout)
 
-    def forward(self, readout: Tensor) -> Tensor:
-        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers."""
-        return self.linear(self.norm(readout))
+    @classmethod
+    def of(
+        cls, d_model: int, labels: dict[str, Any], fusion: str = "none", wide_dropout: float = 0.0
+    ) -> SupervisedHead:
+        """The head of a data spec's ``labels`` (its arguments, and the aggregates' layout), fused
+        with the aggregates when ``fusion="aggregates"``."""
+        layout = labels.get("aggregates") if fusion == "aggregates" else None
+        rest = {k: v for k, v in labels.items() if k not in ("aggregates", "wide_dropout")}
+        return cls(d_model, **rest, aggregates=layout, wide_dropout=wide_dropout)
+
+    def forward(self, readout: Tensor, wide: Tensor | None = None) -> Tensor:
+        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head adds its
+        linear map of the aggregates ``wide`` ``[B, n_wide]``, standardised after a signed log."""
+        out = self.linear(self.norm(readout))
+        if self.wide is None:
+            return out
+        if wide is None or wide.shape[-1] != self.wide.in_features:
+            got = None if wide is None else wide.shape[-1]
+            raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
+        return out + self.wide(self.drop(self.standardise(wide)))
+
+    def standardise(self, wide: Tensor) -> Tensor:
+        """``[B, n_wide]`` the aggregates in units of their training scale from its centre, after
+        a signed log, clipped to ``±WIDE_CLIP``."""
+        z = (signed_log(wide.float()) - self.wide_center) / self.wide_scale
+        return z.clamp(-WIDE_CLIP, WIDE_CLIP)
 
     def loss(self, outputs: Tensor, targets: Tensor, weights: Tensor | None = None) -> Tensor:
         """Cross-entropy against class codes, or squared error against standardised targets
@@ -79,4 +126,6 @@ class SupervisedHead(nn.Module):
             "classes": self.classes,
             "center": self.center,
             "scale": self.scale,
+            "aggregates": self.aggregates,
+            "wide_dropout": self.wide_dropout,
         }

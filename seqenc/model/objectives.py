@@ -101,13 +101,23 @@ class Masked:
         passes ``True``: an extra padding column is masked out of every softmax and positions do
         not depend on the width, so the values are the same). The MASK token's ``dt_prev`` is the
         query gap (from the last event to the time the embedding is for, :attr:`Batch.query_gap`)
-        and its ``dt_ref`` is 0: it stands for "the next event, at the query time". Its categorical
-        ids and numeric values are 0. Written with ``scatter``, so a trace keeps the batch size.
+        and its ``dt_ref`` places it at the query time (the newest event's less the query gap; 0
+        when the reference is the query time): it stands for "the next event, at the query time".
+        Its categorical ids and numeric values are 0. Written with ``scatter``, so a trace keeps
+        the batch size.
         """
         lengths, gap = batch.lengths, batch.query_gap
         if widen is None:
             widen = bool((lengths >= batch.items.shape[1]).any())
-        values = {"items": MASK, "dt_prev": gap, "dt_ref": 0.0, "categorical": 0, "numeric": 0.0}
+        newest = batch.dt_ref.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+        at_query = torch.where(lengths > 0, newest, torch.zeros_like(newest)) - gap
+        values = {
+            "items": MASK,
+            "dt_prev": gap,
+            "dt_ref": at_query,
+            "categorical": 0,
+            "numeric": 0.0,
+        }
         fields = {name: _put(getattr(batch, name), lengths, v, widen) for name, v in values.items()}
         return replace(batch, **fields, lengths=lengths + 1, dt_query=torch.zeros_like(gap))
 

@@ -3,8 +3,9 @@
 The one readout rule, used by :meth:`SequenceEncoder.entity_embedding
 <seqenc.model.encoder.SequenceEncoder.entity_embedding>`, the incremental cache
 (:func:`seqenc.model.cache.readout`) and the ONNX graph (:mod:`seqenc.encoding.onnx`): ``pooling="last"``
-takes the state at the newest real position, ``"mean"`` averages the real positions; then
-``normalize`` scales it to unit L2 norm. Rows are gathered, never indexed by ``arange(batch)``, so a
+takes the state at the newest real position, ``"mean"`` averages the real positions,
+``"attention"`` weighs them by a learned score (a softmax over each row's real positions, so the
+model picks which events describe the entity); then ``normalize`` scales it to unit L2 norm. Rows are gathered, never indexed by ``arange(batch)``, so a
 trace keeps the batch size dynamic.
 """
 
@@ -40,9 +41,28 @@ def pool(newest: Tensor, total: Tensor, count: Tensor, pooling: str, normalize: 
     return F.normalize(pooled, dim=-1) if normalize else pooled
 
 
-def entity_readout(hidden: Tensor, lengths: Tensor, pooling: str, normalize: bool) -> Tensor:
+def attention_pool(hidden: Tensor, lengths: Tensor, scores: Tensor) -> Tensor:
+    """``[B, d]`` the sum of ``hidden`` ``[B, L, d]`` weighted by the softmax of ``scores``
+    ``[B, L]`` over each row's real positions (an empty row reads position 0)."""
+    positions = torch.arange(hidden.shape[1], device=hidden.device)
+    real = positions[None, :] < lengths.clamp(min=1)[:, None]
+    weights = torch.softmax(scores.float().masked_fill(~real, -torch.inf), dim=1)
+    return (hidden * weights.to(hidden.dtype)[..., None]).sum(1)
+
+
+def entity_readout(
+    hidden: Tensor,
+    lengths: Tensor,
+    pooling: str,
+    normalize: bool,
+    scores: Tensor | None = None,
+) -> Tensor:
     """``[B, d]`` the entity embeddings of ``hidden`` ``[B, L, d]``, rows of ``lengths`` real
-    positions (:func:`pool` of :func:`newest_state` or :func:`real_sum`)."""
+    positions (:func:`pool` of :func:`newest_state` or :func:`real_sum`, or with
+    ``pooling="attention"`` :func:`attention_pool` of ``scores`` ``[B, L]``)."""
+    if pooling == "attention":
+        pooled = attention_pool(hidden, lengths, scores)
+        return F.normalize(pooled, dim=-1) if normalize else pooled
     if pooling == "mean":
         return pool(None, real_sum(hidden, lengths), lengths, pooling, normalize)
     return pool(newest_state(hidden, lengths), None, lengths, pooling, normalize)

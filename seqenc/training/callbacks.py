@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from seqenc.bundle import save_bundle
+from seqenc.data.datamodule import SequenceDataModule
 from seqenc.training.baselines import Reduce, baseline_metrics, baseline_names
 from seqenc.training.checkpoint import bundle_from_checkpoint
 
@@ -109,8 +110,10 @@ class Baselines(Callback):
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
-        sharded = trainer.world_size > 1 and getattr(datamodule, "shard_entities", False)
-        if datamodule is None or not (sharded or trainer.is_global_zero):
+        if not isinstance(datamodule, SequenceDataModule):
+            return
+        sharded = trainer.world_size > 1 and datamodule.shard_entities
+        if not (sharded or trainer.is_global_zero):
             return
         if pl_module.encoder.head is not None:
             return  # no next-event test to compare with (a label head's fit tests its labels)

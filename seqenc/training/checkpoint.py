@@ -62,7 +62,9 @@ def bundle_from_checkpoint(
         state = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)
         spec = DataSpec.from_dict(state["spec"])
         if spec.labels:  # a fine-tuned model: its label head is part of the encoder's weights
-            encoder.head = SupervisedHead(encoder.config.d_model, **spec.labels)
+            hp = ckpt["hyper_parameters"]
+            fusion = (hp.get("fusion", "none"), hp.get("fusion_dropout", 0.0))
+            encoder.head = SupervisedHead.of(encoder.config.d_model, spec.labels, *fusion)
         prefix = "encoder."
         encoder.load_state_dict(
             {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError
 
-LABEL_EPOCHS = 30
+LABEL_EPOCHS = 12
 MIN_LABEL_STEPS = 200
 MAX_LABEL_STEPS = 2000
 MAX_CLASS_WEIGHT = 10.0
@@ -43,8 +44,6 @@ def label_schedule(
     if max_steps >= 0:
         steps, how = max_steps, "trainer.max_steps"
     elif label_steps is not None:
-        if label_steps < 1:
-            raise SeqencError(f"model.label_steps must be >= 1 or null, got {label_steps}")
         steps, how = label_steps, "model.label_steps"
     else:
         wanted = LABEL_EPOCHS * batches
@@ -64,32 +63,62 @@ def label_schedule(
     return steps, epochs, why
 
 
+def check_label_options(
+    option: ClassWeights, label_steps: int | None, labels: dict[str, Any] | None
+) -> None:
+    """Refuse, in one line when the model is built (before the trainer prints anything), a label
+    option that cannot work or would be ignored: ``label_steps`` not an integer >= 1;
+    ``class_weights`` not auto / none / one finite positive weight per class; either without a
+    label table, or class weights on a regression label."""
+    if label_steps is not None and (
+        isinstance(label_steps, bool) or not isinstance(label_steps, int) or label_steps < 1
+    ):
+        raise SeqencError(f"model.label_steps must be an integer >= 1 or null, got {label_steps!r}")
+    if isinstance(option, str) and option not in ("auto", "none"):
+        raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
+    given = [n for n, v, d in (("class_weights", option, "auto"), ("label_steps", label_steps, None))
+             if v != d]  # fmt: skip
+    if given and not labels:
+        raise SeqencError(
+            f"model.{given[0]} would be ignored: it sets how a label head trains, and there is no "
+            "label table (data.labels)"
+        )
+    if option != "auto" and labels and labels["task"] == "regression":
+        raise SeqencError(
+            f"model.class_weights {option!r} would be ignored: the label is a number "
+            "(regression), it has no classes to weigh"
+        )
+    if not isinstance(option, str) and labels:
+        classes = labels["classes"]
+        weights = np.asarray(option, dtype=float)
+        if weights.shape != (len(classes),) or not (np.isfinite(weights) & (weights > 0)).all():
+            raise SeqencError(
+                f"model.class_weights: {len(classes)} finite positive weights expected (classes "
+                f"{list(classes)}), got {list(option)}"
+            )
+
+
 def class_weights(
     targets: np.ndarray, classes: Sequence[object], option: ClassWeights
 ) -> tuple[torch.Tensor | None, str]:
     """``(weights, why)``: the ``[k]`` class weights of the label loss for training class codes
-    ``targets`` (``None``: unweighted), and the line a fit prints."""
+    ``targets`` (``None``: unweighted), and the line a fit prints; ``option`` as
+    :func:`check_label_options` passed it."""
     if option == "none":
         return None, "class weights: none (model.class_weights)"
-    if isinstance(option, str) and option != "auto":
-        raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
     if option == "auto":
         counts = np.bincount(targets, minlength=len(classes)).astype(float)
         weights = np.clip(counts.max() / np.maximum(counts, 1.0), 1.0, MAX_CLASS_WEIGHT)
         how = f"auto: largest class count / class count, within [1, {MAX_CLASS_WEIGHT:g}]"
     else:
-        weights = np.asarray(option, dtype=float)
-        if weights.shape != (len(classes),) or not (weights > 0).all():
-            raise SeqencError(
-                f"model.class_weights: {len(classes)} positive weights expected (classes "
-                f"{list(classes)}), got {list(option)}"
-            )
-        how = "model.class_weights"
+        weights, how = np.asarray(option, dtype=float), "model.class_weights"
     shown = ", ".join(f"{c}: {w:.2f}" for c, w in zip(classes, weights, strict=True))
     return torch.tensor(weights, dtype=torch.float32), f"class weights: {shown} ({how})"
 
 
-def set_label_schedule(trainer: pl.Trainer, datamodule: object, label_steps: int | None) -> str:
+def set_label_schedule(
+    trainer: pl.Trainer, datamodule: SequenceDataModule, label_steps: int | None
+) -> str:
     """Give ``trainer`` the fine-tuning schedule of ``datamodule``'s labelled training rows
     (:func:`label_schedule`; the epochs too, so early stopping's share of the schedule holds);
     returns the line to print."""

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.bundle import load_bundle
+from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.numeric import view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
@@ -26,7 +27,7 @@ from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
 from seqenc.training.label_head import LabelHead
-from seqenc.training.label_plan import ClassWeights
+from seqenc.training.label_plan import ClassWeights, check_label_options
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
@@ -88,6 +89,10 @@ class SeqencModule(LabelHead, pl.LightningModule):
         class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
             classes weigh more, from the training labels), ``"none"``, or one weight per class
             (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
+        fusion: with a label table, ``"aggregates"`` feeds each labelled row's hand-made
+            aggregates (:mod:`seqenc.data.label_aggregates`) to the head beside the pooled
+            sequence (wide and deep, trained end to end); ``"none"``: the readout alone.
+        fusion_dropout: dropout on the fused aggregates in training.
         label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
             labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
 
@@ -95,7 +100,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
     (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout and the head's loss is added
     to the weighted terms above (which may then both be 0); validation and test score the held-out
     labelled entities: ``val/loss`` and ``val/score``, the labelled score
-    (:func:`~seqenc.training.label_score.label_score`: ROC-AUC of classes, R² of numbers, also
+    (:func:`~seqenc.training.label_head.label_score`: ROC-AUC of classes, R² of numbers, also
     logged under its name), which picks the checkpoint and drives early stopping.
     """
 
@@ -121,6 +126,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         init_from: str | None = None,
         class_weights: ClassWeights = "auto",
         label_steps: int | None = None,
+        fusion: Literal["aggregates", "none"] = "none",
+        fusion_dropout: float = 0.1,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
@@ -137,6 +144,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         check_options(options, self.config, objective)
+        check_label_options(class_weights, label_steps, spec.labels)
         repeats = spec.repeat_share >= REPEAT_SHARE
         self.filter_seen = not repeats if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
@@ -150,7 +158,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         if spec.labels:
-            self.add_label_head(spec.labels)
+            self.add_label_head(spec.labels, fusion, fusion_dropout)
         if init_from is not None:
             self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
@@ -345,11 +353,11 @@ class SeqencModule(LabelHead, pl.LightningModule):
         started from a bundle (``init_from``) keeps the bundle's, which its weights learned on."""
         if not self.config.n_numeric:
             return
-        datamodule = getattr(self.trainer, "datamodule", None)
+        datamodule = self.trainer.datamodule
         if self.config.numeric_scaling != "per_item":
             rank_zero_info("numeric features: one linear map of the signed log for every item")
             return
-        if self.hparams.init_from is None and hasattr(datamodule, "splits"):
+        if self.hparams.init_from is None and isinstance(datamodule, SequenceDataModule):
             center, scale = view_statistics(
                 datamodule.store, datamodule.splits[0], self.config.n_items
             )
@@ -382,8 +390,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         if self.encoder.head is not None:
             self._prepare_labels()
             return
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if self.loss == "sampled_softmax" and hasattr(datamodule, "item_counts"):
+        datamodule = self.trainer.datamodule
+        if self.loss == "sampled_softmax" and isinstance(datamodule, SequenceDataModule):
             counts = torch.from_numpy(datamodule.item_counts(self.config.n_items))
             self.proposal = Proposal.from_counts(counts).to(self.device)
         log.info(

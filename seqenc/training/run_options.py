@@ -126,7 +126,8 @@ def resolve_encoder(
     has timestamps (a config meant for timed logs then trains on a click log without), and
     ``repeat_head`` ``None`` on for the causal objective when at least ``REPEAT_SHARE`` of the
     events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item when the log
-    has numeric features."""
+    has numeric features; ``time_values`` and ``item_values`` ``None`` on for a model without
+    causal attention (the entity model of a label head), the latter with values read per item."""
     data = {
         "n_items": spec.n_items,
         "n_positions": spec.history_len + 1,
@@ -149,10 +150,26 @@ def resolve_encoder(
     numeric_scaling = encoder.numeric_scaling
     if numeric_scaling is None:
         numeric_scaling = "per_item" if spec.n_numeric else "global"
+    whole = not objective.causal  # every event sees every other: an entity model
+    item_values = encoder.item_values
+    if item_values is None:
+        item_values = whole and numeric_scaling == "per_item"
+    if item_values and numeric_scaling != "per_item":
+        raise SeqencError(
+            "model.encoder.item_values reads values per item: it needs numeric columns and "
+            f"numeric_scaling per_item (here {numeric_scaling}, {spec.n_numeric} numeric columns)"
+        )
+    time_values = encoder.time_values
+    if time_values is None:
+        time_values = whole
+    group_times = bool(encoder.group_times)  # measured: costs quality where it saves time
     return replace(
         encoder,
         **data,
         numeric_scaling=numeric_scaling,
+        item_values=item_values,
+        time_values=use_time and time_values,
+        group_times=use_time and group_times,
         time=use_time,
         query_time=use_time and encoder.query_time,
         time_bias=use_time and encoder.time_bias,

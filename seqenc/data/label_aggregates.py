@@ -1,0 +1,59 @@
+"""The wide input of a fused label head: each label row's hand-made aggregates
+(:mod:`seqenc.data.aggregates`), from its entity's events at or before the row's cut-off, and the
+layout a bundle stores so that every encode computes the same columns.
+
+The layout is plain JSON data: the fitted :class:`~seqenc.data.aggregates.AggregateSpec`, the
+column ``names`` and the training rows' ``center`` and ``scale`` of each column after a signed log
+(counts and amounts are heavy-tailed), which the head standardises with
+(:class:`~seqenc.model.head.SupervisedHead`). The spec gives every item up to :data:`FUSED_ITEMS`
+(by frequency) and every categorical value up to the aggregates' default limit its own columns,
+with the per-value mean, min, max and last of each numeric column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from seqenc.data.aggregates import VALUE_STATS, AggregateSpec, RowCutoffs
+from seqenc.data.events import Events, Source, read_events
+from seqenc.data.labels import Labels
+from seqenc.data.schema import EventSchema
+from seqenc.model.embeddings import signed_log
+
+FUSED_ITEMS = 64  # items with columns of their own; the rest share one
+
+
+def label_aggregates(
+    events: Source, schema: EventSchema, labels: Labels, train_rows: np.ndarray
+) -> tuple[dict[str, Any], np.ndarray]:
+    """``(layout, values)``: the layout fitted on the events at the training rows' cut-offs and
+    ``[len(labels), n]`` float32 aggregates of every label row (0 for a row without events), each
+    cut at the label table's parsed cut-off (``labels.cut``, on the events' ticks)."""
+    events = Events(read_events(events, schema, exact=True), schema)  # read once, for both
+    cutoffs = None if labels.cut is None else RowCutoffs(labels.entity, labels.cut)
+    train = None if cutoffs is None else cutoffs.take(train_rows)
+    stats = VALUE_STATS if schema.numeric else ()
+    limits = {schema.item: FUSED_ITEMS}
+    spec = AggregateSpec.fit(events, schema, train, max_categories=limits, value_stats=stats)
+    table = spec.transform(events, schema, cutoffs)
+    if cutoffs is None:  # whole histories: one row per entity, each label row reads its entity's
+        at = pd.Index(table.keys[schema.entity].to_numpy()).get_indexer(labels.entity)
+    else:
+        at = np.full(len(labels), -1)
+        at[table.keys.index.to_numpy()] = np.arange(len(table.keys))
+    values = np.zeros((len(labels), len(table.names)), dtype=np.float32)
+    values[at >= 0] = table.values[at[at >= 0]]
+    logs = signed_log(torch.from_numpy(values[train_rows])).double().numpy()
+    center, scale = logs.mean(0), logs.std(0)
+    scale = np.where(scale > 1e-6 * (1.0 + np.abs(center)), scale, 1.0)
+    layout = {
+        "spec": spec.to_dict(),
+        "names": table.names,
+        "center": center.tolist(),
+        "scale": scale.tolist(),
+    }
+    return layout, values

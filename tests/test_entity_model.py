@@ -1,0 +1,198 @@
+"""The entity model of a label head: bidirectional attention, attention pooling, continuous time,
+item-conditioned values and event dropout, each against an independent reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqenc.errors import SeqencError
+from seqenc.model.batch import drop_events
+from seqenc.model.cache import check_incremental
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.objectives import Masked
+from seqenc.model.readout import attention_pool
+from tests.test_encoder import HISTORIES, N_ITEMS, make_batch
+
+ENTITY = dict(causal=False, pooling="attention", time_values=True, numeric_scaling="per_item")
+
+
+def entity_model(seed: int = 0, **overrides: object) -> SequenceEncoder:
+    torch.manual_seed(seed)
+    options = dict(ENTITY, item_values=True) | overrides
+    config = EncoderConfig(
+        n_items=N_ITEMS, d_model=16, n_layers=2, n_heads=2, n_positions=13, n_numeric=1, **options
+    )
+    return SequenceEncoder(config).eval()
+
+
+def test_attention_pool_is_a_softmax_weighted_sum_of_real_positions() -> None:
+    g = torch.Generator().manual_seed(0)
+    hidden, scores = torch.randn(3, 5, 4, generator=g), torch.randn(3, 5, generator=g)
+    lengths = torch.tensor([5, 2, 0])
+    out = attention_pool(hidden, lengths, scores)
+    for row, n in enumerate([5, 2, 1]):  # an empty row reads position 0
+        w = torch.exp(scores[row, :n]) / torch.exp(scores[row, :n]).sum()
+        torch.testing.assert_close(out[row], (w[:, None] * hidden[row, :n]).sum(0))
+
+
+def test_every_event_sees_every_other_one() -> None:
+    """No causal or basket mask: changing the newest event changes the oldest one's state, and
+    the readout does not depend on the padding."""
+    model = entity_model()
+    batch, changed = make_batch(HISTORIES, n_num=1), make_batch(HISTORIES, n_num=1)
+    changed.items[2, 7] = 33
+    assert not torch.allclose(model(batch)[2, 0], model(changed)[2, 0])
+    wide = make_batch(HISTORIES, width=12, n_num=1)
+    torch.testing.assert_close(model.entity_embedding(batch), model.entity_embedding(wide))
+
+
+def test_values_are_read_per_item() -> None:
+    """With item_values the same standardised value moves two items' token vectors differently
+    (its MLP reads the item); without it, by the same vector."""
+    for item_values, differ in ((True, True), (False, False)):
+        embed = entity_model(item_values=item_values).embed
+        batch = make_batch([[5, 9]], n_num=1)
+        batch.numeric.zero_()
+        base = embed(batch)
+        batch.numeric.fill_(3.0)
+        moved = embed(batch) - base
+        assert differ != torch.allclose(moved[0, 0], moved[0, 1], atol=1e-6)
+
+
+def test_time_values_by_hand() -> None:
+    """Hours since the first event, hours to the query time and the place in that span, against
+    a hand-computed history: events at 0 h, 1 h and 3 h, as_of at 4 h."""
+    model = entity_model()
+    hour = 3600.0
+    batch = make_batch([[5, 9, 7]])
+    batch.dt_ref = torch.tensor([[3 * hour, 2 * hour, 0.0]], dtype=torch.float64)  # ref: newest
+    batch.dt_query = torch.tensor([hour])
+    values = model.embed.time_values(Masked().query(batch)).double()
+    since = torch.tensor(
+        [0.0, 1.0, 3.0, 4.0], dtype=torch.float64
+    )  # the appended [MASK] stands at the query time
+    expected = torch.stack([since.log1p(), (4 - since).log1p(), since / 4], dim=-1)
+    torch.testing.assert_close(values[0, :4], expected, rtol=1e-5, atol=1e-6)
+    causal = entity_model(causal=True, pooling="last").embed.time_values(batch)
+    assert causal[..., 1:].abs().max() == 0  # the window's end never reaches a causal position
+
+
+def test_time_values_do_not_depend_on_the_reference() -> None:
+    """The same history read against its newest event (training) or against as_of (encode)
+    gives the same inputs: only differences and the query gap enter."""
+    model = entity_model()
+    batch = make_batch(HISTORIES)
+    batch.dt_query = torch.full((4,), 7200.0)
+    shifted = make_batch(HISTORIES)
+    shifted.dt_ref = (
+        shifted.dt_ref + 7200.0 - shifted.dt_ref[torch.arange(4), shifted.lengths - 1][:, None]
+    )
+    shifted.dt_ref = shifted.dt_ref * shifted.padding_mask
+    a = model.embed.time_values(Masked().query(batch))
+    b = model.embed.time_values(Masked().query(replace_query(shifted)))
+    torch.testing.assert_close(a, b)
+
+
+def replace_query(batch):
+    """``batch`` whose reference is its query time (as ``encode(as_of=...)`` builds it)."""
+    batch.dt_query = None
+    return batch
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 8), min_size=1, max_size=5),
+    share=st.floats(0.0, 0.95),
+    seed=st.integers(0, 1000),
+)
+def test_drop_events_keeps_a_subsequence(lengths: list[int], share: float, seed: int) -> None:
+    histories = [list(range(10, 10 + n)) for n in lengths]
+    batch = make_batch(histories, width=9)
+    torch.manual_seed(seed)
+    dropped = drop_events(batch, share)
+    for row, history in enumerate(histories):
+        n = int(dropped.lengths[row])
+        kept = dropped.items[row, :n].tolist()
+        assert (n >= 1) == bool(history) and n <= len(history)
+        assert kept == sorted(kept) and set(kept) <= set(history)  # a subsequence, in order
+        assert (dropped.items[row, n:] == 0).all()
+        # each kept event keeps its time; gaps are re-measured between kept events
+        original = {item: batch.dt_ref[row, j] for j, item in enumerate(history)}
+        for j, item in enumerate(kept):
+            assert dropped.dt_ref[row, j] == original[item]
+            if j:
+                gap = dropped.dt_ref[row, j - 1] - dropped.dt_ref[row, j]
+                assert torch.isclose(dropped.dt_prev[row, j], gap.float())
+
+
+def test_event_dropout_only_in_training() -> None:
+    model = entity_model(event_dropout=0.5)
+    batch = make_batch(HISTORIES, n_num=1)
+    torch.testing.assert_close(model.entity_embedding(batch), model.entity_embedding(batch))
+    model.train()
+    torch.manual_seed(1)
+    a = model.entity_embedding(batch)
+    torch.manual_seed(2)
+    assert not torch.allclose(a, model.entity_embedding(batch))
+
+
+def test_incremental_encoding_refuses_attention_pooling() -> None:
+    model = entity_model(causal=True)
+    with pytest.raises(SeqencError, match="attention pooling"):
+        check_incremental(model)
+
+
+def test_item_values_need_values_per_item() -> None:
+    with pytest.raises(SeqencError, match="item_values"):
+        EncoderConfig(n_items=N_ITEMS, item_values=True, numeric_scaling="global")
+
+
+def test_groups_of_one_event_are_the_events() -> None:
+    """Where every time differs, the grouped encoder is the plain bidirectional one."""
+    grouped = entity_model(group_times=True)
+    plain = entity_model(group_times=False)
+    batch = make_batch(HISTORIES, width=10, n_num=1)
+    torch.testing.assert_close(grouped(batch)[batch.padding_mask], plain(batch)[batch.padding_mask])
+    torch.testing.assert_close(grouped.entity_embedding(batch), plain.entity_embedding(batch))
+
+
+def tied_batch(order: list[int]):
+    """One history of 6 events at 3 times (2 + 3 + 1), the middle time's events in ``order``."""
+    batch = make_batch([[5, 9, 7, 30, 12, 20]], n_num=1)
+    times = torch.tensor([[900.0, 900.0, 500.0, 500.0, 500.0, 0.0]], dtype=torch.float64)
+    batch.dt_ref = times
+    batch.dt_prev = torch.tensor([[0.0, 0.0, 400.0, 0.0, 0.0, 500.0]])
+    middle = torch.tensor([2, 3, 4])[order]
+    for field in ("items", "numeric"):
+        values = getattr(batch, field)
+        values[:, 2:5] = values[:, middle].clone()
+    return batch
+
+
+def test_a_group_is_a_set_read_as_one_token() -> None:
+    """Events at one time: their order does not matter, and the encoder equals a plain one run
+    on one token per time whose content is the sum of its events' (a hand-built reference)."""
+    model = entity_model(group_times=True)
+    a, b = tied_batch([0, 1, 2]), tied_batch([2, 0, 1])
+    torch.testing.assert_close(model.entity_embedding(a), model.entity_embedding(b))
+    states = model(a)
+    assert torch.equal(states[0, 2], states[0, 4]) and not torch.equal(states[0, 1], states[0, 2])
+    # reference: the three groups as a batch of three tokens through the plain blocks
+    content = model.embed.content(a)[0]
+    tokens = torch.stack([content[:2].sum(0), content[2:5].sum(0), content[5]])[None]
+    firsts = make_batch([[5, 7, 20]])
+    firsts.dt_ref = torch.tensor([[900.0, 500.0, 0.0]], dtype=torch.float64)
+    firsts.dt_prev = torch.tensor([[0.0, 400.0, 500.0]])
+    x = tokens + model.embed.context(firsts)
+    for block in model.blocks:
+        x = block(x, False, None, None)
+    expected = model.ln_final(x)[0]
+    torch.testing.assert_close(states[0, [0, 2, 5]], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_group_times_need_bidirectional_attention() -> None:
+    with pytest.raises(SeqencError, match="group_times"):
+        EncoderConfig(n_items=N_ITEMS, causal=True, group_times=True)

@@ -1,0 +1,157 @@
+"""A label head fused with the hand-made aggregates (``model.fusion aggregates``): the layout and
+its statistics, the same aggregates on every encode path at the same cut-off, and the paths that
+cannot compute them refusing in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from seqenc import load_encoder
+from seqenc.data.aggregates import AggregateSpec
+from seqenc.errors import SeqencError
+from seqenc.evaluate import predict_at
+from seqenc.model.embeddings import signed_log
+from tests.test_finetune import fit
+from tests.tiny import SCHEMA, tiny_events
+
+ENTITY = [
+    "--model.objective", "masked",
+    "--model.encoder.pooling", "attention",
+    "--model.encoder.event_dropout", "0.1",
+    "--model.fusion", "aggregates",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    """A fused, fine-tuned bundle on a synthetic log whose label is its latent account type,
+    each label row cut at its own ``as_of``."""
+    folder = tmp_path_factory.mktemp("fusion")
+    events = tiny_events(200)
+    events.drop(columns="account_type").to_parquet(folder / "events.parquet")
+    labels = events.groupby("entity_id", as_index=False).agg(
+        account_type=("account_type", "first"), as_of=("timestamp", "median")
+    )
+    labels.to_parquet(folder / "labels.parquet")
+    torch.manual_seed(0)
+    bundle, printed = fit(
+        folder,
+        "--data.labels", "labels.parquet",
+        "--data.label_column", "account_type",
+        "--model.next_item_weight", "0",
+        "--model.label_steps", "12",
+        "--seed_everything", "0",
+        *ENTITY,
+    )  # fmt: skip
+    return bundle, events.drop(columns="account_type"), labels, printed
+
+
+def test_statistics_are_the_training_rows_after_a_signed_log(fused) -> None:
+    """The stored centre and scale, against numpy on the aggregates of the rows the fit trained
+    on (every labelled row but the held-out ones, which the layout's statistics must not see)."""
+    bundle, events, labels, _ = fused
+    layout = json.loads((bundle / "config.json").read_text())["head"]["aggregates"]
+    spec = AggregateSpec.from_dict(layout["spec"])
+    table = spec.transform(events, SCHEMA, labels[["entity_id", "as_of"]])
+    logs = np.sign(table.values) * np.log1p(np.abs(table.values.astype(np.float64)))
+    center = np.asarray(layout["center"])
+    # the held-out rows are a tenth: the stored centre is near, not at, the all-rows mean
+    assert np.abs(center - logs.mean(0)).max() < 0.5 * logs.std(0).max() + 1e-6
+    assert not np.allclose(center, logs.mean(0), atol=1e-9)
+    assert (np.asarray(layout["scale"]) > 0).all()
+
+
+def test_encode_predicts_from_the_embedding_and_the_aggregates_at_as_of(fused) -> None:
+    """encode(as_of=T)'s predictions, against the head applied by hand to its embeddings and to
+    the aggregates of the events at or before T; events after T change neither."""
+    bundle, events, _, _ = fused
+    enc = load_encoder(bundle, "cpu")
+    when = events["timestamp"].quantile(0.6)
+    out = enc.encode(events, as_of=when, output="numpy", on_empty="skip")
+    layout = enc.meta.head["aggregates"]
+    table = AggregateSpec.from_dict(layout["spec"]).transform(events, SCHEMA, when)
+    order = pd.Index(table.keys["entity_id"]).get_indexer(out.entity_ids)
+    z = (signed_log(torch.from_numpy(table.values[order])) - torch.tensor(layout["center"])) / (
+        torch.tensor(layout["scale"])
+    )
+    head = enc.model.head
+    scores = head.linear(head.norm(torch.from_numpy(out.embeddings))) + head.wide(z.clamp(-8, 8))
+    expected = torch.softmax(scores, -1).detach().numpy()
+    np.testing.assert_allclose(out.predictions, expected, atol=1e-5)
+    later = events.copy()
+    later.loc[later["timestamp"] > when, "amount"] *= 1000.0
+    again = enc.encode(later, as_of=when, output="numpy", on_empty="skip")
+    np.testing.assert_allclose(again.predictions, out.predictions, atol=1e-6)
+
+
+def test_predict_at_reads_each_rows_own_cutoff(fused) -> None:
+    bundle, events, labels, _ = fused
+    enc = load_encoder(bundle, "cpu")
+    rows = labels.head(30)
+    keys, probabilities = predict_at(enc, events, rows)
+    for when, group in keys.groupby("as_of"):
+        alone = enc.encode(events, as_of=when, output="numpy", on_empty="skip")
+        at = pd.Index(alone.entity_ids).get_indexer(group["entity_id"])
+        np.testing.assert_allclose(probabilities[group.index], alone.predictions[at], atol=1e-5)
+
+
+def test_incremental_encoding_refuses_a_fused_head(fused) -> None:
+    bundle, events, _, _ = fused
+    enc = load_encoder(bundle, "cpu")
+    with pytest.raises(SeqencError, match="incremental encoding"):
+        enc.state(events)
+
+
+def test_fusion_none_keeps_the_readout_alone(tmp_path, caplog) -> None:
+    events = tiny_events(80)
+    events.drop(columns="account_type").to_parquet(tmp_path / "events.parquet")
+    labels = events.groupby("entity_id", as_index=False)["account_type"].first()
+    labels.to_parquet(tmp_path / "labels.parquet")
+    caplog.set_level("INFO")
+    bundle, _ = fit(
+        tmp_path,
+        "--data.labels", "labels.parquet",
+        "--data.label_column", "account_type",
+        "--model.next_item_weight", "0",
+        "--model.label_steps", "2",
+        *ENTITY[:-2],
+    )  # fmt: skip
+    assert "fusion: none (the head reads the pooled sequence alone)" in caplog.text
+    assert json.loads((bundle / "config.json").read_text())["head"]["aggregates"] is None
+
+
+def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
+    """The wide part's start against scikit-learn's logistic regression on the same standardised
+    aggregates: a two-class softmax with an L2 penalty p on both rows is a logistic regression of
+    C = 1 / (n p) (the penalty falls on half the difference of the rows)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from seqenc.model.head import SupervisedHead
+    from seqenc.training.label_head import label_score
+    from seqenc.training.wide_start import PENALTIES, fit_wide_start
+
+    rng = np.random.default_rng(0)
+    n, k = 400, 6
+    wide = rng.gamma(2.0, 3.0, size=(n, k)).astype(np.float32)
+    y = (np.log1p(wide[:, 0]) - np.log1p(wide[:, 1]) + rng.normal(0, 0.5, n) > 0).astype(np.int64)
+    logs = np.log1p(wide.astype(np.float64))
+    layout = {
+        "names": list("abcdef"),
+        "center": logs.mean(0).tolist(),
+        "scale": logs.std(0).tolist(),
+    }
+    head = SupervisedHead(4, "classification", [0, 1], aggregates=layout)
+    why = fit_wide_start(head, wide, y, None, label_score)
+    penalty = float(why.split("penalty ")[1].split(",")[0])
+    assert penalty in PENALTIES
+    with torch.no_grad():
+        z = head.standardise(torch.from_numpy(wide))
+        ours = torch.softmax(head.wide(z), -1)[:, 1].numpy()
+    reference = LogisticRegression(C=1.0 / (n * penalty), tol=1e-10, max_iter=10000)
+    expected = reference.fit(z.numpy(), y).predict_proba(z.numpy())[:, 1]
+    np.testing.assert_allclose(ours, expected, atol=2e-3)
