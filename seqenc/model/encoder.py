@@ -162,10 +162,6 @@ class EncoderConfig:
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
             (self.causal or not self.baskets, "baskets needs the causal objective"),
             (
-                not (self.causal and self.group_times),
-                "group_times needs bidirectional attention (the masked objective)",
-            ),
-            (
                 all(s >= 1 for s in self.categorical_sizes),
                 f"categorical_sizes={self.categorical_sizes} must be >= 1",
             ),
@@ -344,7 +340,7 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
                 f"feed at most {self.config.n_positions - 1} events per history"
             )
-        if self.config.group_times and self.config.time:
+        if self.config.group_times and self.config.time and not self.config.causal:
             hidden = self.grouped(batch)
             return newest_state(hidden, batch.lengths)[:, None] if newest_only else hidden
         baskets = self.config.baskets

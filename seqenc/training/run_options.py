@@ -36,6 +36,11 @@ SHAPE_OPTIONS = (
     "repeat_head",
     "n_time_buckets",
     "numeric_scaling",
+    "pooling",
+    "time_values",
+    "item_values",
+    "objective",  # the module's: the entity model (masked) reads time values
+    "fusion",  # the module's: a fused label head has the aggregates' weights
 )
 ENCODER_FIELDS = frozenset(f.name for f in fields(EncoderConfig))
 
@@ -67,10 +72,15 @@ def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, An
     }
     new_encoder = given.get("encoder") or {}
     for name in SHAPE_OPTIONS:
-        new, old = new_encoder.get(name), saved_encoder.get(name)
+        where = "model.encoder" if name in ENCODER_FIELDS else "model"
+        new, old = (
+            (new_encoder.get(name), saved_encoder.get(name))
+            if name in ENCODER_FIELDS
+            else (given.get(name), saved.get(name))
+        )
         if new is not None and old is not None and new != old:
             raise SeqencError(
-                f"--model.encoder.{name} {new} cannot change when resuming: the checkpoint was "
+                f"--{where}.{name} {new} cannot change when resuming: the checkpoint was "
                 f"trained with {old} (it sets the weights' shapes); drop the option, or train a "
                 "new model"
             )
@@ -163,6 +173,11 @@ def resolve_encoder(
     if time_values is None:
         time_values = whole
     group_times = bool(encoder.group_times)  # measured: costs quality where it saves time
+    if group_times and not whole:
+        raise SeqencError(
+            "model.encoder.group_times reads the events of a time as one token of a bidirectional "
+            "encoder: it needs model.objective masked"
+        )
     return replace(
         encoder,
         **data,
