@@ -10,15 +10,22 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import MISSING, fields
+from functools import partial
 from pathlib import Path
 
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from seqenc.atomic import writable_directory
-from seqenc.cli_support import default_logger_classes, held_output, one_line_errors
+from seqenc.cli_support import (
+    config_paths,
+    default_logger_classes,
+    held_output,
+    one_line_errors,
+    option_error,
+)
 from seqenc.commands.compat import align_after_fit, check_parent_bundle
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
@@ -38,6 +45,22 @@ MONITOR = "val/ndcg@10"
 LABEL_MONITOR = "val/score"  # with data.labels: ROC-AUC or R² of the held-out labelled entities
 MAX_EPOCHS = 20
 PATIENCE = 10
+
+
+class OneLineParser(LightningArgumentParser):
+    """The parser of every option: a value it rejects (a wrong type, a value outside a Literal,
+    an unknown option; on the command line or in a ``--config`` file) is one
+    :class:`SeqencError` line naming the option, the value and what it takes
+    (:func:`~seqenc.cli_support.option_error`), not jsonargparse's usage message."""
+
+    def __init__(self, *args, argv: list[str] | None = None, **kwargs) -> None:
+        self._argv = argv  # None: a parser jsonargparse nests (its message ends in the outer one)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> None:
+        if self._argv is None:
+            super().error(message, ex)
+        raise SeqencError(option_error(message, self._argv)) from ex
 
 
 class SeqencCLI(LightningCLI):
@@ -187,10 +210,8 @@ def check_renamed(argv: list[str]) -> None:
     """An option under its old name (command line or ``--config`` file) is one line naming the
     new one, not jsonargparse's usage message."""
     keys = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--")]
-    for i, arg in enumerate(argv):
-        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None
-        path = arg.split("=", 1)[1] if arg.startswith("--config=") else path
-        if path and Path(path).is_file():
+    for path in config_paths(argv):
+        if Path(path).is_file():
             keys += _yaml_keys(yaml.safe_load(Path(path).read_text()), f"{path}: ")
     for key in keys:
         old = key.split(": ")[-1]
@@ -211,13 +232,9 @@ def _yaml_keys(tree: object, prefix: str) -> list[str]:
 
 
 def _run_name(argv: list[str]) -> str:
-    """The run's name: the stem of its ``--config`` file, else ``seqenc``."""
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            return Path(argv[i + 1]).stem
-        if arg.startswith("--config="):
-            return Path(arg.split("=", 1)[1]).stem
-    return "seqenc"
+    """The run's name: the stem of its first ``--config`` file, else ``seqenc``."""
+    configs = config_paths(argv)
+    return Path(configs[0]).stem if configs else "seqenc"
 
 
 def trainer_defaults(name: str) -> dict:
@@ -271,6 +288,7 @@ def main(argv: list[str], given: list[str] | None) -> None:
             save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
             save_config_kwargs={"overwrite": True},
             args=given,  # None: LightningCLI reads sys.argv itself
+            parser_class=partial(OneLineParser, argv=argv),
             release=release,
         )
 
