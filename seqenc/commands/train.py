@@ -38,7 +38,7 @@ from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteB
 from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
-from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
+from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
 from seqenc.training.saving import AtomicCheckpoint
 
 MONITOR = "val/ndcg@10"
@@ -168,6 +168,7 @@ class SeqencCLI(LightningCLI):
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise SeqencError(f"seed_everything must lie in [0, 2**32), got {seed}")
         trainer = config.trainer
+        check_trainer(trainer)
         check_accelerator(trainer.accelerator, trainer.devices)
         for directory in _run_directories(trainer):
             writable_directory(directory, "run directory")

@@ -69,24 +69,35 @@ def class_weights(
 ) -> tuple[torch.Tensor | None, str]:
     """``(weights, why)``: the ``[k]`` class weights of the label loss for training class codes
     ``targets`` (``None``: unweighted), and the line a fit prints."""
+    check_class_weights(option, classes)
     if option == "none":
         return None, "class weights: none (model.class_weights)"
-    if isinstance(option, str) and option != "auto":
-        raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
     if option == "auto":
         counts = np.bincount(targets, minlength=len(classes)).astype(float)
         weights = np.clip(counts.max() / np.maximum(counts, 1.0), 1.0, MAX_CLASS_WEIGHT)
         how = f"auto: largest class count / class count, within [1, {MAX_CLASS_WEIGHT:g}]"
     else:
-        weights = np.asarray(option, dtype=float)
-        if weights.shape != (len(classes),) or not (weights > 0).all():
-            raise SeqencError(
-                f"model.class_weights: {len(classes)} positive weights expected (classes "
-                f"{list(classes)}), got {list(option)}"
-            )
-        how = "model.class_weights"
+        weights, how = np.asarray(option, dtype=float), "model.class_weights"
     shown = ", ".join(f"{c}: {w:.2f}" for c, w in zip(classes, weights, strict=True))
     return torch.tensor(weights, dtype=torch.float32), f"class weights: {shown} ({how})"
+
+
+def check_class_weights(option: object, classes: Sequence[object]) -> None:
+    """One line unless ``option`` is ``auto``, ``none`` or one finite positive weight per class
+    (checked when the model is built, before anything is printed)."""
+    if isinstance(option, str):
+        if option not in ("auto", "none"):
+            raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
+        return
+    finite = isinstance(option, (list, tuple)) and all(
+        isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0
+        for w in option
+    )
+    if not finite or len(option) != len(classes):
+        raise SeqencError(
+            f"model.class_weights: {len(classes)} finite positive weights expected (classes "
+            f"{list(classes)}), got {option!r}"
+        )
 
 
 def set_label_schedule(trainer: pl.Trainer, datamodule: object, label_steps: int | None) -> str:

@@ -16,6 +16,7 @@ from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import LOSSES, MATMUL_DTYPES
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import SAMPLERS
+from seqenc.training.label_plan import check_class_weights
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
 # From this many real items on, ``loss: auto`` trains with the sampled softmax. Below it the exact
@@ -218,7 +219,18 @@ def _real(value: object) -> bool:
 
 
 def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
-    """Refuse, in one line, an option that would be ignored or that cannot train."""
+    """Refuse, in one line, an option that would be ignored or that cannot train (called when
+    the model is built: before Lightning prints anything)."""
+    labels = options.get("labels")
+    check_count(options.get("label_steps"), "model.label_steps", optional=True)
+    if labels and labels.get("task") == "classification":
+        check_class_weights(options.get("class_weights", "auto"), labels["classes"])
+    prob, last = options["mask_prob"], options["mask_last_prob"]
+    if not (_real(prob) and 0 < prob <= 1 and _real(last) and 0 <= last <= 1):
+        raise SeqencError(
+            f"model.mask_prob must be a number in (0, 1] and model.mask_last_prob in [0, 1], got "
+            f"{prob!r} and {last!r}"
+        )
     if encoder.recency:
         raise SeqencError(
             "model.encoder.recency is the input of bundles written before query_time, kept to "
@@ -266,4 +278,23 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
         raise SeqencError(
             f"contrastive_temperature={temperature} must be > 0 and "
             f"contrastive_min_share={share} in (0, 1]"
+        )
+
+
+def check_trainer(trainer: Any) -> None:
+    """Refuse, in one line before the trainer is built, the trainer options Lightning would take
+    and fail on later (a division by zero at the first step, a clip it cannot apply)."""
+    check_count(trainer.get("accumulate_grad_batches"), "trainer.accumulate_grad_batches")
+    for name in ("check_val_every_n_epoch", "log_every_n_steps"):
+        check_count(trainer.get(name), f"trainer.{name}", optional=True)
+    interval = trainer.get("val_check_interval")
+    if interval is not None and not (_real(interval) and interval > 0):
+        raise SeqencError(f"trainer.val_check_interval must be > 0 or null, got {interval!r}")
+    clip, algorithm = trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm")
+    if clip is not None and not (_real(clip) and clip >= 0):
+        raise SeqencError(f"trainer.gradient_clip_val must be a number >= 0 or null, got {clip!r}")
+    if algorithm not in (None, "norm"):
+        raise SeqencError(
+            f"trainer.gradient_clip_algorithm must be norm or null (the clip counts the item "
+            f"table's sparse gradient), got {algorithm!r}"
         )
