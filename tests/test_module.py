@@ -182,6 +182,10 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         for name in options:
             masking = name in ("mask_prob", "replace_rule", "mask_last_prob")
             where = {**base, "objective": "masked"} if masking else base
+            if name in ("contrastive_temperature", "contrastive_min_share"):  # read with the loss
+                where = {**where, "contrastive_weight": 1.0}
+            if name == "numeric_scaling":  # per_item needs numeric columns
+                where = {**where, "spec": numeric}
             a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):
                 changes.add(name)

@@ -34,6 +34,7 @@ from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
+from seqenc.signals import sigterm_raises
 from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
@@ -279,7 +280,9 @@ def main(argv: list[str], given: list[str] | None) -> None:
     if "--help-all" in argv:
         argv = ["--help" if a == "--help-all" else a for a in argv]
         given = argv
-    with one_line_errors(f"seqenc {argv[0]}"), held_output() as release:
+    # SIGTERM stops every stage (fit, test, baselines, the bundle, the printing) with exit 143:
+    # Lightning's own handler only notes it, and only its training loop looks.
+    with one_line_errors(f"seqenc {argv[0]}"), held_output() as release, sigterm_raises():
         check_renamed(argv)
         SeqencCLI(
             SeqencModule,

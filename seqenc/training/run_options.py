@@ -148,6 +148,9 @@ def resolve_encoder(
     if repeat_head is None:
         repeat_head = spec.repeat_share >= REPEAT_SHARE and objective.causal
     numeric_scaling = encoder.numeric_scaling
+    if numeric_scaling == "per_item" and not spec.n_numeric:
+        why = "the log has no numeric columns (data.schema.numeric)"
+        raise ignored("model.encoder.numeric_scaling", numeric_scaling, why)
     if numeric_scaling is None:
         numeric_scaling = "per_item" if spec.n_numeric else "global"
     return replace(
@@ -218,7 +221,7 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
+def check_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
     """Refuse, in one line, an option that would be ignored or that cannot train (called when
     the model is built: before Lightning prints anything)."""
     labels = options.get("labels")
@@ -256,16 +259,6 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
     check_count(options["warmup_steps"], "model.warmup_steps", low=0)
     for k in options["ks"]:
         check_count(k, "model.ks (each a cut-off >= 1)")
-    masking = [
-        k
-        for k in ("mask_prob", "replace_rule", "mask_last_prob")
-        if options[k] != getattr(Masked, k)
-    ]
-    if objective == "causal" and masking:
-        raise SeqencError(
-            f"model.{masking[0]} would be ignored: it sets the masked objective's cloze masking, "
-            "and model.objective is causal"
-        )
     weights = options["next_item_weight"], options["contrastive_weight"]
     if min(weights) < 0 or (max(weights) <= 0 and not options.get("labels")):
         raise SeqencError(
@@ -279,6 +272,29 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             f"contrastive_temperature={temperature} must be > 0 and "
             f"contrastive_min_share={share} in (0, 1]"
         )
+
+
+def ignored(option: str, value: object, why: str) -> SeqencError:
+    """The one line of an option the run would not read: which, why, and to drop it."""
+    return SeqencError(f"{option} would be ignored: {why}; drop it (got {value!r})")
+
+
+def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Refuse, in one line, a model option set (to other than its default, ``defaults``) that
+    the run would not read: cloze masking with the causal objective, the contrastive loss's
+    shape without the loss."""
+    masked = "and model.objective is causal"
+    contrastive = "and model.contrastive_weight is 0"
+    read = {
+        "mask_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "replace_rule": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "mask_last_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "contrastive_temperature": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
+        "contrastive_min_share": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
+    }  # fmt: skip
+    for name, (is_read, why) in read.items():
+        if not is_read and options[name] != defaults[name]:
+            raise ignored(f"model.{name}", options[name], why)
 
 
 def check_trainer(trainer: Any) -> None:
