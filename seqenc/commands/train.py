@@ -18,7 +18,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from seqenc.atomic import writable_directory
+from seqenc.atomic import check_room, writable_directory
 from seqenc.cli_support import (
     config_paths,
     default_logger_classes,
@@ -40,7 +40,7 @@ from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
-from seqenc.training.saving import AtomicCheckpoint
+from seqenc.training.saving import AtomicCheckpoint, checkpoint_size
 
 MONITOR = "val/ndcg@10"
 LABEL_MONITOR = "val/score"  # with data.labels: ROC-AUC or R² of the held-out labelled entities
@@ -126,7 +126,19 @@ class SeqencCLI(LightningCLI):
         (:func:`~seqenc.data.processes.check_processes`), then print what was held back: bad
         data fails in one line before Lightning's banner or anything else."""
         check_processes(self.datamodule, self.trainer.world_size, stage)
+        if stage == "fit":
+            self._check_room()
         self._release()
+
+    def _check_room(self) -> None:
+        """The run folder must take the fit's checkpoints (the best and the last, and one more
+        while a checkpoint is replaced) and its bundle, and the file size limit one checkpoint:
+        a disk too full for them is one line before the banner, not after the first epoch."""
+        checkpoint = checkpoint_size(self.model, self.datamodule)
+        loggers = self.trainer.loggers
+        where = loggers[0].save_dir if loggers and loggers[0].save_dir else None
+        where = where if where and Path(where).is_dir() else self.trainer.default_root_dir
+        check_room(where, 4 * checkpoint, checkpoint, "run directory")
 
     def before_validate(self) -> None:
         self.check_run("validate")
