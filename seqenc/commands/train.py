@@ -108,6 +108,8 @@ class SeqencCLI(LightningCLI):
         if not path:
             return
         checkpoint = load_checkpoint(path)  # one line for a truncated or foreign file
+        # the data's state (its vocabularies), restored before the run's checks (check_run)
+        self._saved_data = checkpoint.get(SequenceDataModule.__qualname__)
         saved = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[0] != "_"}
         explicit = self.parser.parse_args(self._args, defaults=False, _skip_validation=True)
         given = explicit[subcommand].get("model")
@@ -125,6 +127,8 @@ class SeqencCLI(LightningCLI):
         """Build what the run reads and check it against the trainer's processes
         (:func:`~seqenc.data.processes.check_processes`), then print what was held back: bad
         data fails in one line before Lightning's banner or anything else."""
+        if getattr(self, "_saved_data", None):  # the checkpoint's vocabularies encode the log
+            self.datamodule.load_state_dict(self._saved_data)
         check_processes(self.datamodule, self.trainer.world_size, stage)
         if stage == "fit":
             self._check_room()

@@ -292,7 +292,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         repeat = torch.zeros(len(batch), dtype=torch.bool, device=batch.items.device)
         if batch.seen is not None:
             rows, items = batch.seen
-            repeat[rows[items == batch.target[rows]]] = True
+            target = batch.target[rows]  # an unknown (UNK) target repeats nothing, as in baselines
+            repeat[rows[(items == target) & (target >= N_SPECIAL)]] = True
         metrics.update(None, repeat=repeat, ranks=ranks)
 
     def validation_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> None:
