@@ -18,7 +18,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from seqenc.atomic import check_room, writable_directory
+from seqenc.atomic import writable_directory
 from seqenc.cli_support import (
     config_paths,
     default_logger_classes,
@@ -27,6 +27,7 @@ from seqenc.cli_support import (
     option_error,
 )
 from seqenc.commands.compat import align_after_fit, check_parent_bundle
+from seqenc.commands.fit_checks import LABEL_MONITOR, MONITOR, check_monitors, check_run_folder
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
@@ -40,10 +41,8 @@ from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
-from seqenc.training.saving import AtomicCheckpoint, checkpoint_size
+from seqenc.training.saving import AtomicCheckpoint
 
-MONITOR = "val/ndcg@10"
-LABEL_MONITOR = "val/score"  # with data.labels: ROC-AUC or R² of the held-out labelled entities
 MAX_EPOCHS = 20
 PATIENCE = 10
 
@@ -131,18 +130,9 @@ class SeqencCLI(LightningCLI):
             self.datamodule.load_state_dict(self._saved_data)
         check_processes(self.datamodule, self.trainer.world_size, stage)
         if stage == "fit":
-            self._check_room()
+            check_monitors(self.model, self.trainer)
+            check_run_folder(self.model, self.datamodule, self.trainer)
         self._release()
-
-    def _check_room(self) -> None:
-        """The run folder must take the fit's checkpoints (the best and the last, and one more
-        while a checkpoint is replaced) and its bundle, and the file size limit one checkpoint:
-        a disk too full for them is one line before the banner, not after the first epoch."""
-        checkpoint = checkpoint_size(self.model, self.datamodule)
-        loggers = self.trainer.loggers
-        where = loggers[0].save_dir if loggers and loggers[0].save_dir else None
-        where = where if where and Path(where).is_dir() else self.trainer.default_root_dir
-        check_room(where, 4 * checkpoint, checkpoint, "run directory")
 
     def before_validate(self) -> None:
         self.check_run("validate")

@@ -95,7 +95,7 @@ def check_class_weights(option: object, classes: Sequence[object]) -> None:
     )
     if not finite or len(option) != len(classes):
         raise SeqencError(
-            f"model.class_weights: {len(classes)} finite positive weights expected (classes "
+            f"model.class_weights: {len(classes)} positive weights expected, finite (classes "
             f"{list(classes)}), got {option!r}"
         )
 
