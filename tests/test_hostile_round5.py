@@ -165,6 +165,7 @@ def test_rejected_values_are_one_line_naming_option_value_and_choices(
         ["--model.contrastive_temperature", "0.5"],  # the contrastive loss is off
         ["--model.contrastive_min_share", "0.3"],
         ["--model.mask_prob", "0.5"],  # the causal objective masks nothing
+        ["--early_stopping.monitor", "val/ndgc@10"],  # no such metric: early stopping never runs
     ],
 )
 def test_options_the_run_would_not_read_are_one_line(world, tmp_path, argv):
