@@ -28,16 +28,36 @@ _OFF = ("", "0", "false", "no", "off")
 def user_error(exc: BaseException) -> SeqencError | None:
     """The :class:`SeqencError` behind ``exc`` (itself, or one it wraps: jsonargparse and
     Lightning re-raise errors from inside the classes they build), or one for a write that found
-    the disk full (:func:`~seqenc.atomic.disk_full`: a checkpoint, a log), else None."""
+    the disk full (:func:`~seqenc.atomic.disk_full`: a checkpoint, a log) or an allocation that
+    found no memory (:func:`out_of_memory`), else None."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, SeqencError):
             return exc
         if (full := disk_full(exc)) is not None:
             return full
+        if (short := out_of_memory(exc)) is not None:
+            return short
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def out_of_memory(exc: BaseException) -> SeqencError | None:
+    """A :class:`SeqencError` for an allocation that failed for want of memory (a model or batch
+    too large for the machine: ``data.history_len 1000000000``), else None."""
+    text = str(exc)
+    if not (
+        isinstance(exc, MemoryError)
+        or (isinstance(exc, RuntimeError) and re.search(r"(?i)out of memory|can't allocate", text))
+    ):
+        return None
+    wanted = re.search(r"(?i)tried to allocate ([\d.]+) ?(bytes|[KMGT]iB)", text)
+    size = f": {wanted.group(1)} {wanted.group(2)} asked for" if wanted else ""
+    return SeqencError(
+        f"out of memory{size}; a smaller model or batch needs less (model.encoder.d_model, "
+        "data.history_len, data.batch_size)"
+    )
 
 
 def debug_enabled() -> bool:

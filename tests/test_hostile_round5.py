@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from test_hostile_round4 import FIT, SETTINGS, file_size_limit, one_line, run_cli
 from tiny import tiny_events
 
+from seqenc.cli_support import one_line_errors
 from seqenc.data.numeric import item_statistics
 from seqenc.inference import load_encoder
 from seqenc.model.embeddings import Z_CLIP, TokenEmbedding, signed_log
@@ -284,3 +285,24 @@ def test_testing_a_log_of_some_unknown_items_says_so_and_agrees(world, tmp_path,
     printed = float(re.search(r"([\d.]+)% repeat an item", out).group(1)) / 100
     logged = float(re.search(r"test/repeat_targets\s+([\d.]+)", out).group(1))
     assert printed == pytest.approx(logged, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 64000000064 bytes. Error code 12"
+        ),
+        MemoryError(),
+    ],
+)
+def test_an_option_too_large_for_memory_is_one_line(capsys, error):
+    """A value that asks for more memory than the machine has (``data.history_len 1000000000``
+    allocates a 64 GB position table) is one line, not a traceback: the allocation's error as it
+    reaches the command."""
+    with pytest.raises(SystemExit) as stopped, one_line_errors("seqenc fit"):
+        raise error
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and err.startswith("seqenc fit: error: out of memory"), err
+    assert len(err.strip().splitlines()) == 1
