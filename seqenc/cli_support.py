@@ -174,7 +174,12 @@ def option_error(message: str, argv: list[str]) -> str:
     ... Given value: 1e9``) as one line naming the option, the value and what it takes; a message
     of another shape (an unknown option) with its lines joined. The ``--config`` files of ``argv``
     are named when the option is not on the command line."""
+    configs = config_paths(argv)
     keys = re.findall(r'Parser key "([^"]+)":', message)
+    unknown = re.search(r"does not accept option '([^']+)'", message)
+    if unknown:  # a key of a config file that is no option
+        where = f" (in --config {', '.join(configs)})" if configs else ""
+        return f"{unknown.group(1)}{where}: not an option of this command"
     if not keys:
         return " ".join(line.strip() for line in message.splitlines() if line.strip())
     key = keys[0] + "".join(f".{k}" for k in keys[1:] if "." not in k)
@@ -186,7 +191,6 @@ def option_error(message: str, argv: list[str]) -> str:
     expected = re.findall(r"Expected an? (.*?)(?:\. Got value: .*)?$", innermost, re.M)
     names = _split_types(subtypes.group(1)) if subtypes and len(keys) == 1 else expected[:1]
     accepted = _either([a for name in names for a in _accepts(name)])
-    configs = config_paths(argv)
     given_here = any(a.split("=", 1)[0] == f"--{keys[0]}" for a in argv)
     where = f" (in --config {', '.join(configs)})" if configs and not given_here else ""
     if not accepted:  # another rejection of the key (a file it names cannot be read)

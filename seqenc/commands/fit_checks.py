@@ -1,5 +1,6 @@
-"""What ``seqenc fit`` checks once its model, data and trainer are built, before Lightning's
-banner: the monitors are metrics the fit logs, and the run folder takes its checkpoints."""
+"""What ``seqenc fit`` checks before Lightning's banner beyond the classes' own checks: where the
+run writes, that the monitors are metrics the fit logs, and that the run folder takes its
+checkpoints."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
+from jsonargparse import Namespace
 
 from seqenc.atomic import check_room
 from seqenc.errors import SeqencError
@@ -50,3 +52,14 @@ def check_run_folder(
     where = loggers[0].save_dir if loggers and loggers[0].save_dir else None
     where = where if where and Path(where).is_dir() else trainer.default_root_dir
     check_room(where, 4 * checkpoint, checkpoint, "run directory")
+
+
+def run_directories(trainer: Namespace) -> list[str]:
+    """Where a run writes: the trainer's root directory and each logger's ``save_dir``."""
+    loggers = trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]
+    saved = [
+        logger.init_args.get("save_dir")
+        for logger in loggers
+        if isinstance(logger, Namespace) and isinstance(logger.get("init_args"), Namespace)
+    ]
+    return [trainer.default_root_dir or ".", *(d for d in saved if d)]

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import MISSING, fields
+from difflib import get_close_matches
 from functools import partial
 from pathlib import Path
 
 import yaml
-from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -27,7 +28,13 @@ from seqenc.cli_support import (
     option_error,
 )
 from seqenc.commands.compat import align_after_fit, check_parent_bundle
-from seqenc.commands.fit_checks import LABEL_MONITOR, MONITOR, check_monitors, check_run_folder
+from seqenc.commands.fit_checks import (
+    LABEL_MONITOR,
+    MONITOR,
+    check_monitors,
+    check_run_folder,
+    run_directories,
+)
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
@@ -60,7 +67,19 @@ class OneLineParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> None:
         if self._argv is None:
             super().error(message, ex)
-        raise SeqencError(option_error(message, self._argv)) from ex
+        unknown = re.search(
+            r"unrecognized arguments: --([\w.@-]+)|accept option '([^']+)'", message
+        )
+        name = unknown and f"--{unknown.group(1) or unknown.group(2)}"
+        close = name and get_close_matches(name, self._options(), 1, 0.85)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise SeqencError(option_error(message, self._argv) + hint) from ex
+
+    def _options(self) -> list[str]:
+        """Every option this parser and its subcommands' parsers take (``--model.lr``)."""
+        subcommands = self._subcommands_action
+        parsers = [self, *(subcommands.choices.values() if subcommands else [])]
+        return [name for parser in parsers for name in parser._option_string_actions]
 
 
 class SeqencCLI(LightningCLI):
@@ -177,7 +196,7 @@ class SeqencCLI(LightningCLI):
         trainer = config.trainer
         check_trainer(trainer)
         check_accelerator(trainer.accelerator, trainer.devices)
-        for directory in _run_directories(trainer):
+        for directory in run_directories(trainer):
             writable_directory(directory, "run directory")
         check_parent_bundle(config.get("compatible_with"))
 
@@ -194,17 +213,6 @@ class SeqencCLI(LightningCLI):
             print(f"checkpoint: {writer.checkpoint or '(none saved)'}")
             print(f"bundle: {writer.path}")
             align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
-
-
-def _run_directories(trainer: Namespace) -> list[str]:
-    """Where a run writes: the trainer's root directory and each logger's ``save_dir``."""
-    loggers = trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]
-    saved = [
-        logger.init_args.get("save_dir")
-        for logger in loggers
-        if isinstance(logger, Namespace) and isinstance(logger.get("init_args"), Namespace)
-    ]
-    return [trainer.default_root_dir or ".", *(d for d in saved if d)]
 
 
 # Keys renamed when the lengths got their names, the model its encoder section and the item
