@@ -123,6 +123,15 @@ class EncoderConfig:
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
+        for name in (
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "ffn_mult",
+        ):  # sizes first: d_model % n_heads
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SeqencError(f"EncoderConfig: {name}={value!r} must be a whole number >= 1")
         checks = [
             (
                 self.n_items > N_SPECIAL or self.n_items == 0,
