@@ -12,8 +12,8 @@ from jsonargparse import Namespace
 
 from seqenc.atomic import check_room
 from seqenc.errors import SeqencError
+from seqenc.scores import score_name
 from seqenc.training.callbacks import ConfiguredEarlyStopping
-from seqenc.training.label_score import score_name
 from seqenc.training.saving import checkpoint_size
 
 MONITOR = "val/ndcg@10"
