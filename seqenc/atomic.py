@@ -22,6 +22,11 @@ from pathlib import Path
 
 from seqenc.errors import SeqencError
 
+try:  # POSIX: the per-process file size limit (RLIMIT_FSIZE)
+    import resource
+except ImportError:  # pragma: no cover (Windows)
+    resource = None
+
 # A write that fails for want of room: the disk (or quota) is full, or the file size limit hit.
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 FIRST_WRITE = 1 << 16  # bytes a target's folder must take before any work (a first block or so)
@@ -141,6 +146,29 @@ def writable_directory(path: str | Path, what: str) -> Path:
         why = _full(e) if e.errno in FULL else (e.strerror or str(e))
         raise SeqencError(f"{what} {str(path)!r} is not writable: {why}") from e
     return path
+
+
+def check_room(directory: str | Path, need: int, largest: int, what: str) -> None:
+    """One line when ``directory``'s file system has fewer than ``need`` bytes free, or the
+    process's file size limit is under ``largest`` bytes (the biggest file a run writes there):
+    a run that could not write its checkpoints fails before it starts, not after its banner."""
+    free = shutil.disk_usage(directory).free
+    if free < need:
+        raise SeqencError(
+            f"{what} {str(directory)!r} has {_mib(free)} free, the run writes about {_mib(need)} "
+            "there (checkpoints and bundle): the disk is too full"
+        )
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource else -1
+    if limit not in (-1, getattr(resource, "RLIM_INFINITY", -1)) and limit < largest:
+        raise SeqencError(
+            f"{what} {str(directory)!r}: the file size limit ({_mib(limit)}) is below a "
+            f"checkpoint of this model (about {_mib(largest)})"
+        )
+
+
+def _mib(size: int) -> str:
+    """``size`` bytes in MiB, for a message."""
+    return f"{size / 2**20:,.2f} MiB"
 
 
 def temporary_beside(target: Path, directory: bool) -> Path:

@@ -194,5 +194,10 @@ def test_a_group_is_a_set_read_as_one_token() -> None:
 
 
 def test_group_times_need_bidirectional_attention() -> None:
+    from seqenc.data.spec import DataSpec
+    from seqenc.training.module import SeqencModule
+    from tests.test_module import SPEC
+
     with pytest.raises(SeqencError, match="group_times"):
-        EncoderConfig(n_items=N_ITEMS, causal=True, group_times=True)
+        SeqencModule(SPEC, encoder=EncoderConfig(group_times=True))
+    assert isinstance(SPEC, DataSpec)

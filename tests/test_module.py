@@ -159,7 +159,8 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "n_heads": (2, 4), "ffn_mult": (4, 2), "dropout": (0.1, 0.5),
         "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
         "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
-        "n_time_buckets": (64, 32), "numeric_scaling": ("global", "per_item"), "pooling": ("last", "mean"), "normalize": (False, True),
+        "n_time_buckets": (64, 32), "numeric_scaling": ("global", "per_item"), "pooling": ("last", "attention"),
+        "normalize": (False, True),
         "loss": ("ce", "bce"), "loss_options": (None, {"chunk_size": 4}), "mask_prob": (0.2, 0.5),
         "replace_rule": (True, False), "mask_last_prob": (0.0, 0.5),
         "next_item_weight": (1.0, 0.5), "contrastive_weight": (0.0, 1.0),
@@ -167,6 +168,9 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "lr": (1e-3, 0.1), "weight_decay": (0.01, 0.5), "warmup_steps": (100, 7),
         "filter_seen": (None, True), "ks": ((10, 20), (5,)),
         "class_weights": ("auto", "none"), "label_steps": (None, 10),
+        "time_values": (None, False), "item_values": (None, False),
+        "group_times": (False, True), "event_dropout": (0.0, 0.1),
+        "fusion": ("none", "aggregates"), "fusion_dropout": (0.1, 0.5),
     }  # fmt: skip
     options = [
         p
@@ -178,15 +182,29 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     assert sorted(options) == sorted(values)  # a new option must be classified here
     changes = set()
     numeric = DataSpec(EventSchema(numeric=["amount"]), SPEC.vocabs, history_len=8)
-    binary = {"task": "classification", "classes": [0, 1], "center": 0.0, "scale": 1.0}
+    layout = {"spec": {}, "names": ["n", "m"], "center": [0.0, 0.0], "scale": [1.0, 1.0]}
+    binary = {
+        "task": "classification", "classes": [0, 1], "center": 0.0, "scale": 1.0,
+        "aggregates": layout,
+    }  # fmt: skip
     labelled = DataSpec(SPEC.schema, SPEC.vocabs, 8, labels=binary)  # label options need labels
     for base in ({}, {"time_bias": True}, {"spec": numeric}):
         for name in options:
-            masking = name in ("mask_prob", "replace_rule", "mask_last_prob")
+            # the cloze options and the entity model's read the masked objective
+            masking = name in (
+                "mask_prob", "replace_rule", "mask_last_prob", "time_values", "item_values",
+                "group_times",
+            )  # fmt: skip
             where = {**base, "objective": "masked"} if masking else base
             where = (
-                {**where, "spec": labelled} if name in ("class_weights", "label_steps") else where
+                {**where, "spec": labelled}
+                if name in ("class_weights", "label_steps", "fusion", "fusion_dropout")
+                else where
             )
+            if name in ("contrastive_temperature", "contrastive_min_share"):  # read with the loss
+                where = {**where, "contrastive_weight": 1.0}
+            if name == "numeric_scaling":  # per_item needs numeric columns
+                where = {**where, "spec": numeric}
             a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):
                 changes.add(name)

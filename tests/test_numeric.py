@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from seqenc.data.lengths import MAX_AUTO_HISTORY, auto_history_len
-from seqenc.data.numeric import MIN_SCALE_SHARE, PRIOR_EVENTS, item_statistics
+from seqenc.data.numeric import (
+    MIN_RELATIVE_SCALE,
+    MIN_SCALE_SHARE,
+    PRIOR_EVENTS,
+    item_statistics,
+)
 from seqenc.model.batch import Batch
 from seqenc.model.embeddings import Z_CLIP, TokenEmbedding
 
@@ -18,7 +23,7 @@ def naive_statistics(items, values, n_items):
     scale = np.ones((n_items, values.shape[1]))
     for j in range(values.shape[1]):
         mean, var = logs[:, j].mean(), logs[:, j].var()
-        floor = max(MIN_SCALE_SHARE * np.sqrt(var), 1e-6)
+        floor = max(MIN_SCALE_SHARE * np.sqrt(var), MIN_RELATIVE_SCALE)
         for i in range(n_items):
             own = logs[items == i, j]
             n = len(own)

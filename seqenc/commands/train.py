@@ -7,19 +7,34 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import MISSING, fields
+from difflib import get_close_matches
+from functools import partial
 from pathlib import Path
 
 import yaml
-from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from seqenc.atomic import writable_directory
-from seqenc.cli_support import default_logger_classes, held_output, one_line_errors
+from seqenc.cli_support import (
+    config_paths,
+    default_logger_classes,
+    held_output,
+    one_line_errors,
+    option_error,
+)
 from seqenc.commands.compat import align_after_fit, check_parent_bundle
+from seqenc.commands.fit_checks import (
+    LABEL_MONITOR,
+    MONITOR,
+    check_monitors,
+    check_run_folder,
+    run_directories,
+)
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
@@ -27,17 +42,44 @@ from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
+from seqenc.signals import sigterm_raises
 from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
-from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, resume_options
+from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
 from seqenc.training.saving import AtomicCheckpoint
 
-MONITOR = "val/ndcg@10"
-LABEL_MONITOR = "val/score"  # with data.labels: ROC-AUC or R² of the held-out labelled entities
 MAX_EPOCHS = 20
 PATIENCE = 10
+
+
+class OneLineParser(LightningArgumentParser):
+    """The parser of every option: a value it rejects (a wrong type, a value outside a Literal,
+    an unknown option; on the command line or in a ``--config`` file) is one
+    :class:`SeqencError` line naming the option, the value and what it takes
+    (:func:`~seqenc.cli_support.option_error`), not jsonargparse's usage message."""
+
+    def __init__(self, *args, argv: list[str] | None = None, **kwargs) -> None:
+        self._argv = argv  # None: a parser jsonargparse nests (its message ends in the outer one)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> None:
+        if self._argv is None:
+            super().error(message, ex)
+        unknown = re.search(
+            r"unrecognized arguments: --([\w.@-]+)|accept option '([^']+)'", message
+        )
+        name = unknown and f"--{unknown.group(1) or unknown.group(2)}"
+        close = name and get_close_matches(name, self._options(), 1, 0.85)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise SeqencError(option_error(message, self._argv) + hint) from ex
+
+    def _options(self) -> list[str]:
+        """Every option this parser and its subcommands' parsers take (``--model.lr``)."""
+        subcommands = self._subcommands_action
+        parsers = [self, *(subcommands.choices.values() if subcommands else [])]
+        return [name for parser in parsers for name in parser._option_string_actions]
 
 
 class SeqencCLI(LightningCLI):
@@ -84,6 +126,8 @@ class SeqencCLI(LightningCLI):
         if not path:
             return
         checkpoint = load_checkpoint(path)  # one line for a truncated or foreign file
+        # the data's state (its vocabularies), restored before the run's checks (check_run)
+        self._saved_data = checkpoint.get(SequenceDataModule.__qualname__)
         saved = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[0] != "_"}
         explicit = self.parser.parse_args(self._args, defaults=False, _skip_validation=True)
         given = explicit[subcommand].get("model")
@@ -101,7 +145,12 @@ class SeqencCLI(LightningCLI):
         """Build what the run reads and check it against the trainer's processes
         (:func:`~seqenc.data.processes.check_processes`), then print what was held back: bad
         data fails in one line before Lightning's banner or anything else."""
+        if getattr(self, "_saved_data", None):  # the checkpoint's vocabularies encode the log
+            self.datamodule.load_state_dict(self._saved_data)
         check_processes(self.datamodule, self.trainer.world_size, stage)
+        if stage == "fit":
+            check_monitors(self.model, self.trainer)
+            check_run_folder(self.model, self.datamodule, self.trainer)
         self._release()
 
     def before_validate(self) -> None:
@@ -145,8 +194,9 @@ class SeqencCLI(LightningCLI):
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise SeqencError(f"seed_everything must lie in [0, 2**32), got {seed}")
         trainer = config.trainer
+        check_trainer(trainer)
         check_accelerator(trainer.accelerator, trainer.devices)
-        for directory in _run_directories(trainer):
+        for directory in run_directories(trainer):
             writable_directory(directory, "run directory")
         check_parent_bundle(config.get("compatible_with"))
 
@@ -165,17 +215,6 @@ class SeqencCLI(LightningCLI):
             align_after_fit(self.config.fit.get("compatible_with"), writer.path, self.datamodule)
 
 
-def _run_directories(trainer: Namespace) -> list[str]:
-    """Where a run writes: the trainer's root directory and each logger's ``save_dir``."""
-    loggers = trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]
-    saved = [
-        logger.init_args.get("save_dir")
-        for logger in loggers
-        if isinstance(logger, Namespace) and isinstance(logger.get("init_args"), Namespace)
-    ]
-    return [trainer.default_root_dir or ".", *(d for d in saved if d)]
-
-
 # Keys renamed when the lengths got their names, the model its encoder section and the item
 # vocabulary its bounds.
 RENAMED = {"data.max_len": "data.history_len", "data.min_count": "data.min_item_count"} | {
@@ -187,10 +226,8 @@ def check_renamed(argv: list[str]) -> None:
     """An option under its old name (command line or ``--config`` file) is one line naming the
     new one, not jsonargparse's usage message."""
     keys = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--")]
-    for i, arg in enumerate(argv):
-        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None
-        path = arg.split("=", 1)[1] if arg.startswith("--config=") else path
-        if path and Path(path).is_file():
+    for path in config_paths(argv):
+        if Path(path).is_file():
             keys += _yaml_keys(yaml.safe_load(Path(path).read_text()), f"{path}: ")
     for key in keys:
         old = key.split(": ")[-1]
@@ -211,13 +248,9 @@ def _yaml_keys(tree: object, prefix: str) -> list[str]:
 
 
 def _run_name(argv: list[str]) -> str:
-    """The run's name: the stem of its ``--config`` file, else ``seqenc``."""
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            return Path(argv[i + 1]).stem
-        if arg.startswith("--config="):
-            return Path(arg.split("=", 1)[1]).stem
-    return "seqenc"
+    """The run's name: the stem of its first ``--config`` file, else ``seqenc``."""
+    configs = config_paths(argv)
+    return Path(configs[0]).stem if configs else "seqenc"
 
 
 def trainer_defaults(name: str) -> dict:
@@ -261,7 +294,9 @@ def main(argv: list[str], given: list[str] | None) -> None:
     if "--help-all" in argv:
         argv = ["--help" if a == "--help-all" else a for a in argv]
         given = argv
-    with one_line_errors(f"seqenc {argv[0]}"), held_output() as release:
+    # SIGTERM stops every stage (fit, test, baselines, the bundle, the printing) with exit 143:
+    # Lightning's own handler only notes it, and only its training loop looks.
+    with one_line_errors(f"seqenc {argv[0]}"), held_output() as release, sigterm_raises():
         check_renamed(argv)
         SeqencCLI(
             SeqencModule,
@@ -271,6 +306,7 @@ def main(argv: list[str], given: list[str] | None) -> None:
             save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
             save_config_kwargs={"overwrite": True},
             args=given,  # None: LightningCLI reads sys.argv itself
+            parser_class=partial(OneLineParser, argv=argv),
             release=release,
         )
 

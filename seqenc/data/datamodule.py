@@ -175,6 +175,9 @@ class SequenceDataModule(pl.LightningDataModule):
         self.label_task, self.val_share = label_task, val_share
         self.vocabs_from = vocabs_from
         self._restored_vocabs = None if vocabs_from is None else read_vocabs(vocabs_from)
+        self._vocabs_source = None  # whose vocabularies encode the log, when not its own
+        if vocabs_from is not None:
+            self._vocabs_source = f"data.vocabs_from {vocabs_from!r} (model.init_from sets it)"
         self._built_shard: Shard | None = None  # the shard the cached store was read for
 
     @cached_property
@@ -208,7 +211,7 @@ class SequenceDataModule(pl.LightningDataModule):
         events = Events(read_events(events, schema, shard, exact=True), schema)
         vocabs = vocabs if shard is None else self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
-        require_known_items(built[0], self.vocabs_from)
+        require_known_items(built[0], self._vocabs_source)
         self._built_shard = shard
         if shard is not None:
             rank_zero_info(
@@ -311,7 +314,7 @@ class SequenceDataModule(pl.LightningDataModule):
         """Encode the data with the checkpoint's vocabularies from now on (resume, test)."""
         vocabs = DataSpec.from_dict(state_dict["spec"]).vocabs
         if vocabs != self.vocabs:
-            self._restored_vocabs = vocabs
+            self._restored_vocabs, self._vocabs_source = vocabs, "the checkpoint"
             self._forget(("_built", "_catalogue", "basket_protocol", "splits", "spec"))
 
     def item_counts(self, n_items: int) -> np.ndarray:

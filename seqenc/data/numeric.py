@@ -18,6 +18,10 @@ from seqenc.model.embeddings import signed_log
 
 PRIOR_EVENTS = 20.0  # pseudo-events of the whole log's statistics added to every item's
 MIN_SCALE_SHARE = 0.01  # an item's scale is at least this share of the whole log's (constant items)
+# and at least this many signed-log units: d log1p|x| = dx / (1 + |x|), so a change of this share of
+# a value's magnitude (1 + |x|) is at most one scale. A constant item (a constant column) then
+# reads a value that differs in its fifth digit as ordinary, not as extreme.
+MIN_RELATIVE_SCALE = 1e-3
 
 
 def item_statistics(
@@ -41,7 +45,7 @@ def item_statistics(
         squares = np.bincount(items, logs[:, j] ** 2, minlength=n_items)[:n_items]
         c = (total + PRIOR_EVENTS * mean) / (count + PRIOR_EVENTS)
         second = (squares + PRIOR_EVENTS * (var + mean**2)) / (count + PRIOR_EVENTS)
-        floor = max(MIN_SCALE_SHARE * np.sqrt(var), 1e-6)
+        floor = max(MIN_SCALE_SHARE * np.sqrt(var), MIN_RELATIVE_SCALE)
         center[:, j] = c
         scale[:, j] = np.sqrt(np.maximum(second - c**2, floor**2))
     return center, scale

@@ -363,17 +363,18 @@ def log_unknown_values(
 MIN_EVENTS = 4  # the fewest events of an entity a leave-one-out split trains on
 
 
-def require_known_items(store: SequenceStore, bundle: str | None) -> None:
-    """With the vocabularies of ``bundle`` (``data.vocabs_from``), warn about the values they do
-    not know, and refuse a log none of whose items they know: a model would train on unknown ids
+def require_known_items(store: SequenceStore, source: str | None) -> None:
+    """With vocabularies the log was not fitted on (``source`` says whose: ``data.vocabs_from``'s
+    bundle, a checkpoint's), warn about the values they do not know, as an encode does, and
+    refuse a log none of whose items they know: a model would train (or be tested) on unknown ids
     alone. Without (``None``: fitted on the log) there is nothing to check."""
-    if bundle is None:
+    if source is None:
         return
     log_unknown_values(store.n_events, store.n_unknown_items, store.n_unknown_categorical)
     if store.n_events and store.n_unknown_items == store.n_events:
         raise SeqencError(
-            f"data.vocabs_from {bundle!r} (model.init_from sets it): its item vocabulary knows "
-            f"none of the log's {store.n_events:,} events' items: is it another catalogue's?"
+            f"{source}: its item vocabulary knows none of the log's {store.n_events:,} events' "
+            "items: is it another catalogue's?"
         )
 
 

@@ -123,6 +123,15 @@ class EncoderConfig:
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
+        for name in (
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "ffn_mult",
+        ):  # sizes first: d_model % n_heads
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SeqencError(f"EncoderConfig: {name}={value!r} must be a whole number >= 1")
         checks = [
             (
                 self.n_items > N_SPECIAL or self.n_items == 0,
@@ -161,10 +170,6 @@ class EncoderConfig:
             (self.n_time_buckets >= 1, f"n_time_buckets={self.n_time_buckets} must be >= 1"),
             (self.causal or not self.repeat_head, "repeat_head needs the causal objective"),
             (self.causal or not self.baskets, "baskets needs the causal objective"),
-            (
-                not (self.causal and self.group_times),
-                "group_times needs bidirectional attention (the masked objective)",
-            ),
             (
                 all(s >= 1 for s in self.categorical_sizes),
                 f"categorical_sizes={self.categorical_sizes} must be >= 1",
@@ -344,7 +349,7 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
                 f"feed at most {self.config.n_positions - 1} events per history"
             )
-        if self.config.group_times and self.config.time:
+        if self.config.group_times and self.config.time and not self.config.causal:
             hidden = self.grouped(batch)
             return newest_state(hidden, batch.lengths)[:, None] if newest_only else hidden
         baskets = self.config.baskets

@@ -11,7 +11,9 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from seqenc.bundle import save_bundle
+from seqenc.data.bounds import check_count
 from seqenc.data.datamodule import SequenceDataModule
+from seqenc.errors import SeqencError
 from seqenc.training.baselines import Reduce, baseline_metrics, baseline_names
 from seqenc.training.checkpoint import bundle_from_checkpoint
 
@@ -40,6 +42,7 @@ class ConfiguredEarlyStopping(EarlyStopping):
         keep: Literal["best", "last"] = "best",
         **kwargs,
     ) -> None:
+        check_stopping(kwargs.get("mode", "min"), kwargs.get("patience", 3), min_share)
         super().__init__(*args, **kwargs)
         self.min_share = min_share
         self.keep = keep
@@ -57,6 +60,17 @@ class ConfiguredEarlyStopping(EarlyStopping):
         patience = self.patience
         super().load_state_dict(state_dict)
         self.patience = patience
+
+
+def check_stopping(mode: object, patience: object, min_share: object) -> None:
+    """One line unless early stopping's ``mode`` is min or max, ``patience`` a whole number >= 0
+    and ``min_share`` a number in [0, 1] (when the callback is built: before the banner)."""
+    if mode not in ("min", "max"):
+        raise SeqencError(f"early_stopping.mode must be min or max, got {mode!r}")
+    check_count(patience, "early_stopping.patience", low=0)
+    share = isinstance(min_share, (int, float)) and not isinstance(min_share, bool)
+    if not (share and 0 <= min_share <= 1):
+        raise SeqencError(f"early_stopping.min_share must be a number in [0, 1], got {min_share!r}")
 
 
 class WriteBundle(Callback):

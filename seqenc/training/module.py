@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from dataclasses import asdict
@@ -31,6 +32,7 @@ from seqenc.training.label_plan import ClassWeights, check_label_options
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
+    check_ignored,
     check_options,
     resolve_encoder,
     resolve_loss,
@@ -143,8 +145,10 @@ class SeqencModule(LabelHead, pl.LightningModule):
         self.config = resolve_encoder(encoder, spec, self.objective)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
-        check_options(options, self.config, objective)
+        check_options(options, self.config)
         check_label_options(class_weights, label_steps, spec.labels)
+        defaults = inspect.signature(SeqencModule.__init__).parameters
+        check_ignored(options, {name: p.default for name, p in defaults.items()})
         repeats = spec.repeat_share >= REPEAT_SHARE
         self.filter_seen = not repeats if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
@@ -296,7 +300,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         repeat = torch.zeros(len(batch), dtype=torch.bool, device=batch.items.device)
         if batch.seen is not None:
             rows, items = batch.seen
-            repeat[rows[items == batch.target[rows]]] = True
+            target = batch.target[rows]  # an unknown (UNK) target repeats nothing, as in baselines
+            repeat[rows[(items == target) & (target >= N_SPECIAL)]] = True
         metrics.update(None, repeat=repeat, ranks=ranks)
 
     def validation_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> None:

@@ -36,6 +36,11 @@ SHAPE_OPTIONS = (
     "repeat_head",
     "n_time_buckets",
     "numeric_scaling",
+    "pooling",
+    "time_values",
+    "item_values",
+    "objective",  # the module's: the entity model (masked) reads time values
+    "fusion",  # the module's: a fused label head has the aggregates' weights
 )
 ENCODER_FIELDS = frozenset(f.name for f in fields(EncoderConfig))
 
@@ -67,10 +72,15 @@ def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, An
     }
     new_encoder = given.get("encoder") or {}
     for name in SHAPE_OPTIONS:
-        new, old = new_encoder.get(name), saved_encoder.get(name)
+        where = "model.encoder" if name in ENCODER_FIELDS else "model"
+        new, old = (
+            (new_encoder.get(name), saved_encoder.get(name))
+            if name in ENCODER_FIELDS
+            else (given.get(name), saved.get(name))
+        )
         if new is not None and old is not None and new != old:
             raise SeqencError(
-                f"--model.encoder.{name} {new} cannot change when resuming: the checkpoint was "
+                f"--{where}.{name} {new} cannot change when resuming: the checkpoint was "
                 f"trained with {old} (it sets the weights' shapes); drop the option, or train a "
                 "new model"
             )
@@ -148,6 +158,9 @@ def resolve_encoder(
     if repeat_head is None:
         repeat_head = spec.repeat_share >= REPEAT_SHARE and objective.causal
     numeric_scaling = encoder.numeric_scaling
+    if numeric_scaling == "per_item" and not spec.n_numeric:
+        why = "the log has no numeric columns (data.schema.numeric)"
+        raise ignored("model.encoder.numeric_scaling", numeric_scaling, why)
     if numeric_scaling is None:
         numeric_scaling = "per_item" if spec.n_numeric else "global"
     whole = not objective.causal  # every event sees every other: an entity model
@@ -163,6 +176,11 @@ def resolve_encoder(
     if time_values is None:
         time_values = whole
     group_times = bool(encoder.group_times)  # measured: costs quality where it saves time
+    if group_times and not whole:
+        raise SeqencError(
+            "model.encoder.group_times reads the events of a time as one token of a bidirectional "
+            "encoder: it needs model.objective masked"
+        )
     return replace(
         encoder,
         **data,
@@ -234,8 +252,18 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
-    """Refuse, in one line, an option that would be ignored or that cannot train."""
+def check_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
+    """Refuse, in one line, an option that would be ignored or that cannot train (called when
+    the model is built: before Lightning prints anything)."""
+    drop = options.get("fusion_dropout", 0.0)
+    if not (_real(drop) and 0 <= drop < 1):
+        raise SeqencError(f"model.fusion_dropout must be a number in [0, 1), got {drop!r}")
+    prob, last = options["mask_prob"], options["mask_last_prob"]
+    if not (_real(prob) and 0 < prob <= 1 and _real(last) and 0 <= last <= 1):
+        raise SeqencError(
+            f"model.mask_prob must be a number in (0, 1] and model.mask_last_prob in [0, 1], got "
+            f"{prob!r} and {last!r}"
+        )
     if encoder.recency:
         raise SeqencError(
             "model.encoder.recency is the input of bundles written before query_time, kept to "
@@ -261,16 +289,6 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
     check_count(options["warmup_steps"], "model.warmup_steps", low=0)
     for k in options["ks"]:
         check_count(k, "model.ks (each a cut-off >= 1)")
-    masking = [
-        k
-        for k in ("mask_prob", "replace_rule", "mask_last_prob")
-        if options[k] != getattr(Masked, k)
-    ]
-    if objective == "causal" and masking:
-        raise SeqencError(
-            f"model.{masking[0]} would be ignored: it sets the masked objective's cloze masking, "
-            "and model.objective is causal"
-        )
     weights = options["next_item_weight"], options["contrastive_weight"]
     if min(weights) < 0 or (max(weights) <= 0 and not options.get("labels")):
         raise SeqencError(
@@ -283,4 +301,48 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
         raise SeqencError(
             f"contrastive_temperature={temperature} must be > 0 and "
             f"contrastive_min_share={share} in (0, 1]"
+        )
+
+
+def ignored(option: str, value: object, why: str) -> SeqencError:
+    """The one line of an option the run would not read: which, why, and to drop it."""
+    return SeqencError(f"{option} would be ignored: {why}; drop it (got {value!r})")
+
+
+def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Refuse, in one line, a model option set (to other than its default, ``defaults``) that
+    the run would not read: cloze masking with the causal objective, the contrastive loss's
+    shape without the loss, fusion without labels."""
+    masked = "and model.objective is causal"
+    contrastive = "and model.contrastive_weight is 0"
+    read = {
+        "mask_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "replace_rule": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "mask_last_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "contrastive_temperature": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
+        "contrastive_min_share": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
+        "fusion": (bool(options.get("labels")), "it fuses the aggregates into a label head, and there is no data.labels"),
+        "fusion_dropout": (options.get("labels") and options["fusion"] == "aggregates", "it is the fused aggregates' dropout, and model.fusion is none (or there is no data.labels)"),
+    }  # fmt: skip
+    for name, (is_read, why) in read.items():
+        if not is_read and options[name] != defaults[name]:
+            raise ignored(f"model.{name}", options[name], why)
+
+
+def check_trainer(trainer: Any) -> None:
+    """Refuse, in one line before the trainer is built, the trainer options Lightning would take
+    and fail on later (a division by zero at the first step, a clip it cannot apply)."""
+    check_count(trainer.get("accumulate_grad_batches"), "trainer.accumulate_grad_batches")
+    for name in ("check_val_every_n_epoch", "log_every_n_steps"):
+        check_count(trainer.get(name), f"trainer.{name}", optional=True)
+    interval = trainer.get("val_check_interval")
+    if interval is not None and not (_real(interval) and interval > 0):
+        raise SeqencError(f"trainer.val_check_interval must be > 0 or null, got {interval!r}")
+    clip, algorithm = trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm")
+    if clip is not None and not (_real(clip) and clip >= 0):
+        raise SeqencError(f"trainer.gradient_clip_val must be a number >= 0 or null, got {clip!r}")
+    if algorithm not in (None, "norm"):
+        raise SeqencError(
+            f"trainer.gradient_clip_algorithm must be norm or null (the clip counts the item "
+            f"table's sparse gradient), got {algorithm!r}"
         )

@@ -3,9 +3,11 @@ earlier checkpoint and no truncated ``best-epoch=0.ckpt`` (Lightning writes in p
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from seqenc.atomic import move_into_place, remove, temporary_beside, written
@@ -29,3 +31,34 @@ class AtomicCheckpoint(ModelCheckpoint):
             finally:
                 remove(tmp)
         self._last_checkpoint_saved = filepath
+
+
+def checkpoint_size(module: pl.LightningModule, datamodule: pl.LightningDataModule) -> int:
+    """About the bytes of a checkpoint of ``module`` fitted on ``datamodule`` (a little less):
+    its state, hyper-parameters and the data's state, and the optimizer's two moments of every
+    parameter (AdamW), as ``torch.save`` writes them (counted, not stored)."""
+    state = {"state_dict": module.state_dict(), "hparams": dict(module.hparams)}
+    parameters = dict(module.named_parameters())
+    return _saved_size(state | {"data": datamodule.state_dict()}) + 2 * _saved_size(parameters)
+
+
+def _saved_size(payload: object) -> int:
+    """The bytes ``torch.save`` writes for ``payload``."""
+    counter = _Counter()
+    torch.save(payload, counter)
+    return counter.size
+
+
+class _Counter(io.RawIOBase):
+    """A write-only stream that keeps only the count of the bytes written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
