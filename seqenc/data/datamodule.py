@@ -207,8 +207,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def _built(self) -> tuple[SequenceStore, Vocabularies]:
         events, schema = self.events
         vocabs, shard = self._restored_vocabs, self.shard
-        # Read with the exact ticks: events ordered to the tick, label rows cut on them.
-        events = Events(read_events(events, schema, shard, exact=True), schema)
+        events = Events(read_events(events, schema, shard, exact=True), schema)  # ticks: order, cut
         vocabs = vocabs if shard is None else self.vocabs
         built = build_sequences(events, schema, keep_newest=None, vocabs=vocabs, bounds=self.bounds)
         require_known_items(built[0], self._vocabs_source)
