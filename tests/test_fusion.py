@@ -155,3 +155,19 @@ def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
     reference = LogisticRegression(C=1.0 / (n * penalty), tol=1e-10, max_iter=10000)
     expected = reference.fit(z.numpy(), y).predict_proba(z.numpy())[:, 1]
     np.testing.assert_allclose(ours, expected, atol=2e-3)
+
+
+def test_the_export_predicts_as_encode_does(fused, tmp_path) -> None:
+    """The Parquet export (partitions of entity-complete events, its own reader) gives the
+    predictions encode gives: the aggregates are recomputed from each partition's events."""
+    from seqenc.export import export_embeddings
+
+    bundle, events, _, _ = fused
+    when = events["timestamp"].quantile(0.6)
+    out, source = tmp_path / "out.parquet", tmp_path / "events.parquet"
+    events.to_parquet(source)
+    export_embeddings(bundle, source, out, as_of=when, on_empty="skip", chunk_events=500)
+    written = pd.read_parquet(out).sort_values("entity_id", ignore_index=True)
+    alone = load_encoder(bundle, "cpu").encode(events, as_of=when, output="numpy", on_empty="skip")
+    assert written["entity_id"].tolist() == alone.entity_ids.tolist()
+    np.testing.assert_allclose(np.stack(written["probabilities"]), alone.predictions, atol=1e-5)

@@ -203,6 +203,8 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
             )
             if name in ("contrastive_temperature", "contrastive_min_share"):  # read with the loss
                 where = {**where, "contrastive_weight": 1.0}
+            if name == "fusion_dropout":  # read with the fused head
+                where = {**where, "fusion": "aggregates"}
             if name == "numeric_scaling":  # per_item needs numeric columns
                 where = {**where, "spec": numeric}
             a, b = ({**where, name: value} for value in values[name])

@@ -84,7 +84,7 @@ class EncoderConfig:
         group_times: (bidirectional, with ``time``) the events that share a time are one token
             (:mod:`seqenc.model.groups`): attention over the history's distinct times, each
             event reading its group's state. Off unless set (``None``): faster, but it mixes the
-            events of a time into one vector (BENCHMARKS.md, "Downstream").
+            events of a time into one vector.
         event_dropout: in training, the share of each history's events the entity readout drops
             (:func:`~seqenc.model.batch.drop_events`): a regulariser for label heads trained on a
             few thousand rows.

@@ -6,7 +6,8 @@ store's tie order) plus the place of the group in the history (:meth:`TokenEmbed
 <seqenc.model.embeddings.TokenEmbedding.context>` of its first event: position, gap from the
 previous group, time values). Attention then runs over groups, not events, and every event reads
 its group's state back, so the readout and the objectives see one state per event as before. A
-history whose times all differ is unchanged; one of 440 events at 75 times costs attention over 75.
+history whose times all differ is unchanged; one of n events at k distinct times costs attention
+over k.
 An appended [MASK] is a group of its own.
 """
 
