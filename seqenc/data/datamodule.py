@@ -263,7 +263,7 @@ class SequenceDataModule(pl.LightningDataModule):
         """What the model must agree on with this data (the CLI links it into the model)."""
         labels = None
         if self.labels is not None:
-            labels = self.label_table.spec | {"aggregates": self._label_aggregates[0]}
+            labels = self.label_table.spec | {"aggregates": self._labelled[2]}
         share = self._catalogue[1] if self.shard_entities else repeat_share(self.store)
         return DataSpec(
             self.events[1],
@@ -285,25 +285,19 @@ class SequenceDataModule(pl.LightningDataModule):
         return table
 
     @cached_property
-    def _held_out(self) -> tuple[LabelledView, LabelledView]:
-        table = self.label_table
+    def _labelled(self) -> tuple[LabelledView, LabelledView, dict[str, Any]]:
+        """(train, validation) labelled samples by entity (a fixed ``val_share`` draw), each with
+        its aggregates, and their layout fitted on the training rows (:func:`label_aggregates`)."""
+        table, (events, schema) = self.label_table, self.events
         train, val, why = hold_out(labelled_view(self.store, table), self.val_share, table.spec)
         rank_zero_info(why)
-        return train, val
+        layout, values = label_aggregates(events, schema, table, train.rows)
+        return *(replace(s, aggregates=values[s.rows]) for s in (train, val)), layout
 
-    @cached_property
-    def _label_aggregates(self) -> tuple[dict[str, Any], np.ndarray]:
-        """The aggregates of every label row and their layout, fitted on the training rows
-        (:func:`~seqenc.data.label_aggregates.label_aggregates`): a fused head's wide input."""
-        events, schema = self.events
-        return label_aggregates(events, schema, self.label_table, self._held_out[0].rows)
-
-    @cached_property
+    @property
     def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
-        """(train, validation) labelled samples, split by entity (a fixed ``val_share`` draw),
-        each with its aggregates."""
-        values = self._label_aggregates[1]
-        return tuple(replace(s, aggregates=values[s.rows]) for s in self._held_out)
+        """(train, validation) labelled samples, each with its aggregates."""
+        return self._labelled[:2]
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""

@@ -5,9 +5,10 @@ layout a bundle stores so that every encode computes the same columns.
 The layout is plain JSON data: the fitted :class:`~seqenc.data.aggregates.AggregateSpec`, the
 column ``names`` and the training rows' ``center`` and ``scale`` of each column after a signed log
 (counts and amounts are heavy-tailed), which the head standardises with
-(:class:`~seqenc.model.head.SupervisedHead`). The spec gives every item up to :data:`FUSED_ITEMS`
-(by frequency) and every categorical value up to the aggregates' default limit its own columns,
-with the per-value mean, min, max and last of each numeric column.
+(:class:`~seqenc.model.head.SupervisedHead`). The spec gives the :data:`LIMIT` most frequent items
+and values of each categorical column their own columns, with the per-value mean, min, max and
+last of each numeric column. The fit's printed baseline (:mod:`seqenc.evaluate.label_baseline`)
+reads these very columns.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from seqenc.data.labels import Labels
 from seqenc.data.schema import EventSchema
 from seqenc.model.embeddings import signed_log
 
-FUSED_ITEMS = 64  # items with columns of their own; the rest share one
+LIMIT = 64  # values of the item and of each categorical column with columns of their own
 
 
 def label_aggregates(
@@ -35,10 +36,13 @@ def label_aggregates(
     cut at the label table's parsed cut-off (``labels.cut``, on the events' ticks)."""
     events = Events(read_events(events, schema, exact=True), schema)  # read once, for both
     cutoffs = None if labels.cut is None else RowCutoffs(labels.entity, labels.cut)
-    train = None if cutoffs is None else cutoffs.take(train_rows)
     stats = VALUE_STATS if schema.numeric else ()
-    limits = {schema.item: FUSED_ITEMS}
-    spec = AggregateSpec.fit(events, schema, train, max_categories=limits, value_stats=stats)
+    if cutoffs is None:  # whole histories: the columns of the training entities' events
+        ids = events.table[schema.entity].to_pandas().isin(labels.entity[train_rows])
+        fitted_on, train = Events(events.table.filter(ids.to_numpy()), schema), None
+    else:
+        fitted_on, train = events, cutoffs.take(train_rows)
+    spec = AggregateSpec.fit(fitted_on, schema, train, max_categories=LIMIT, value_stats=stats)
     table = spec.transform(events, schema, cutoffs)
     if cutoffs is None:  # whole histories: one row per entity, each label row reads its entity's
         at = pd.Index(table.keys[schema.entity].to_numpy()).get_indexer(labels.entity)

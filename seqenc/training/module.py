@@ -28,11 +28,10 @@ from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
 from seqenc.training.label_head import LabelHead
-from seqenc.training.label_plan import ClassWeights, check_label_options
+from seqenc.training.label_plan import ClassWeights
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
-    check_ignored,
     check_options,
     resolve_encoder,
     resolve_loss,
@@ -91,19 +90,16 @@ class SeqencModule(LabelHead, pl.LightningModule):
         class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
             classes weigh more, from the training labels), ``"none"``, or one weight per class
             (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
-        fusion: with a label table, ``"aggregates"`` feeds each labelled row's hand-made
-            aggregates (:mod:`seqenc.data.label_aggregates`) to the head beside the pooled
-            sequence (wide and deep, trained end to end); ``"none"``: the readout alone.
-        fusion_dropout: dropout on the fused aggregates in training.
+        fusion, fusion_dropout: with a label table, ``"aggregates"`` adds each row's aggregates
+            (:mod:`seqenc.data.label_aggregates`) to the head, with this dropout; or ``"none"``.
         label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
             labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
 
     With a label table (``spec.labels``, from ``data.labels``) the encoder gets a label head
-    (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout and the head's loss is added
-    to the weighted terms above (which may then both be 0); validation and test score the held-out
-    labelled entities: ``val/loss`` and ``val/score``, the labelled score
-    (:func:`~seqenc.training.label_head.label_score`: ROC-AUC of classes, R² of numbers, also
-    logged under its name), which picks the checkpoint and drives early stopping.
+    (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout, its loss added to the terms
+    above (which may then both be 0); validation and test score the held-out labelled entities
+    (``val/score``, :func:`~seqenc.training.label_head.label_score`: ROC-AUC or R², also under its
+    name), which picks the checkpoint and drives early stopping.
     """
 
     def __init__(
@@ -145,10 +141,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         self.config = resolve_encoder(encoder, spec, self.objective)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
-        check_options(options, self.config)
-        check_label_options(class_weights, label_steps, spec.labels)
         defaults = inspect.signature(SeqencModule.__init__).parameters
-        check_ignored(options, {name: p.default for name, p in defaults.items()})
+        check_options(options, self.config, {name: p.default for name, p in defaults.items()})
         repeats = spec.repeat_share >= REPEAT_SHARE
         self.filter_seen = not repeats if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
@@ -156,8 +150,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
             encoder=asdict(self.config), filter_seen=self.filter_seen, loss=self.loss
         )
         self.encoder = SequenceEncoder(self.config)
-        # where the sampled term draws negatives from: the training item frequency, once the
-        # datamodule is known (on_fit_start); all items alike until then
+        # the sampled term's negatives: the training item frequency, from on_fit_start
         self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"

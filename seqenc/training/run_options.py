@@ -16,6 +16,7 @@ from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import LOSSES, MATMUL_DTYPES
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import SAMPLERS
+from seqenc.training.label_plan import check_label_options
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
 # From this many real items on, ``loss: auto`` trains with the sampled softmax. Below it the exact
@@ -163,36 +164,43 @@ def resolve_encoder(
         raise ignored("model.encoder.numeric_scaling", numeric_scaling, why)
     if numeric_scaling is None:
         numeric_scaling = "per_item" if spec.n_numeric else "global"
-    whole = not objective.causal  # every event sees every other: an entity model
+    entity = _entity_options(encoder, not objective.causal, numeric_scaling, spec.n_numeric)
+    return replace(
+        encoder,
+        **data,
+        numeric_scaling=numeric_scaling,
+        item_values=entity["item_values"],
+        time_values=use_time and entity["time_values"],
+        group_times=use_time and entity["group_times"],
+        time=use_time,
+        query_time=use_time and encoder.query_time,
+        time_bias=use_time and encoder.time_bias,
+        repeat_head=repeat_head,
+    )
+
+
+def _entity_options(
+    encoder: EncoderConfig, whole: bool, numeric_scaling: str, n_numeric: int
+) -> dict[str, bool]:
+    """The entity model's options resolved: ``time_values`` and ``item_values`` ``None`` on for a
+    model whose events see each other (``whole``: no causal mask), the latter with values read
+    per item; ``group_times`` only when set, and refused with causal attention."""
     item_values = encoder.item_values
     if item_values is None:
         item_values = whole and numeric_scaling == "per_item"
     if item_values and numeric_scaling != "per_item":
         raise SeqencError(
             "model.encoder.item_values reads values per item: it needs numeric columns and "
-            f"numeric_scaling per_item (here {numeric_scaling}, {spec.n_numeric} numeric columns)"
+            f"numeric_scaling per_item (here {numeric_scaling}, {n_numeric} numeric columns)"
         )
-    time_values = encoder.time_values
-    if time_values is None:
-        time_values = whole
     group_times = bool(encoder.group_times)  # measured: costs quality where it saves time
     if group_times and not whole:
         raise SeqencError(
             "model.encoder.group_times reads the events of a time as one token of a bidirectional "
             "encoder: it needs model.objective masked"
         )
-    return replace(
-        encoder,
-        **data,
-        numeric_scaling=numeric_scaling,
-        item_values=item_values,
-        time_values=use_time and time_values,
-        group_times=use_time and group_times,
-        time=use_time,
-        query_time=use_time and encoder.query_time,
-        time_bias=use_time and encoder.time_bias,
-        repeat_head=repeat_head,
-    )
+    time_values = whole if encoder.time_values is None else encoder.time_values
+    return {"item_values": item_values, "group_times": group_times, "time_values": time_values}
 
 
 def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
@@ -252,9 +260,12 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
-    """Refuse, in one line, an option that would be ignored or that cannot train (called when
-    the model is built: before Lightning prints anything)."""
+def check_options(
+    options: dict[str, Any], encoder: EncoderConfig, defaults: dict[str, Any]
+) -> None:
+    """Refuse, in one line, an option that would be ignored (set to other than its default,
+    ``defaults``, :func:`check_ignored`) or that cannot train (called when the model is built:
+    before Lightning prints anything)."""
     drop = options.get("fusion_dropout", 0.0)
     if not (_real(drop) and 0 <= drop < 1):
         raise SeqencError(f"model.fusion_dropout must be a number in [0, 1), got {drop!r}")
@@ -302,6 +313,8 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
             f"contrastive_temperature={temperature} must be > 0 and "
             f"contrastive_min_share={share} in (0, 1]"
         )
+    check_label_options(options["class_weights"], options["label_steps"], options.get("labels"))
+    check_ignored(options, defaults)
 
 
 def ignored(option: str, value: object, why: str) -> SeqencError:
