@@ -80,7 +80,8 @@ def test_encode_predicts_from_the_embedding_and_the_aggregates_at_as_of(fused) -
         torch.tensor(layout["scale"])
     )
     head = enc.model.head
-    scores = head.linear(head.norm(torch.from_numpy(out.embeddings))) + head.wide(z.clamp(-8, 8))
+    deep = head.linear(head.norm(torch.from_numpy(out.embeddings)))
+    scores = head.wide(z.clamp(-8, 8)) + head.gate * deep
     expected = torch.softmax(scores, -1).detach().numpy()
     np.testing.assert_allclose(out.predictions, expected, atol=1e-5)
     later = events.copy()
@@ -171,3 +172,24 @@ def test_the_export_predicts_as_encode_does(fused, tmp_path) -> None:
     alone = load_encoder(bundle, "cpu").encode(events, as_of=when, output="numpy", on_empty="skip")
     assert written["entity_id"].tolist() == alone.entity_ids.tolist()
     np.testing.assert_allclose(np.stack(written["probabilities"]), alone.predictions, atol=1e-5)
+
+
+def test_a_fused_head_starts_as_the_aggregates_model_and_keeps_it() -> None:
+    """Gate 0: the outputs are the wide part's whatever the readout; the wide part is fitted
+    and frozen (no gradient reaches it), the gate and the readout's map train."""
+    from seqenc.model.head import SupervisedHead
+    from seqenc.training.label_head import label_score
+    from seqenc.training.wide_start import fit_wide_start
+
+    rng = np.random.default_rng(1)
+    wide = rng.gamma(2.0, 3.0, size=(60, 3)).astype(np.float32)
+    y = (wide[:, 0] > wide[:, 1]).astype(np.int64)
+    layout = {"names": list("abc"), "center": [1.5] * 3, "scale": [0.7] * 3}
+    head = SupervisedHead(4, "classification", [0, 1], aggregates=layout)
+    fit_wide_start(head, wide, y, None, label_score)
+    x = torch.from_numpy(wide)
+    readouts = torch.randn(60, 4), torch.randn(60, 4) * 10
+    a, b = (head(r, x) for r in readouts)
+    torch.testing.assert_close(a, b)
+    head(readouts[0], x).sum().backward()
+    assert head.wide.weight.grad is None and head.gate.grad is not None

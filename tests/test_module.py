@@ -170,7 +170,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "class_weights": ("auto", "none"), "label_steps": (None, 10),
         "time_values": (None, False), "item_values": (None, False),
         "group_times": (False, True), "event_dropout": (0.0, 0.1),
-        "fusion": ("none", "aggregates"), "fusion_dropout": (0.1, 0.5),
+        "fusion": ("none", "aggregates"),
     }  # fmt: skip
     options = [
         p
@@ -198,13 +198,11 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
             where = {**base, "objective": "masked"} if masking else base
             where = (
                 {**where, "spec": labelled}
-                if name in ("class_weights", "label_steps", "fusion", "fusion_dropout")
+                if name in ("class_weights", "label_steps", "fusion")
                 else where
             )
             if name in ("contrastive_temperature", "contrastive_min_share"):  # read with the loss
                 where = {**where, "contrastive_weight": 1.0}
-            if name == "fusion_dropout":  # read with the fused head
-                where = {**where, "fusion": "aggregates"}
             if name == "numeric_scaling":  # per_item needs numeric columns
                 where = {**where, "spec": numeric}
             a, b = ({**where, name: value} for value in values[name])

@@ -8,8 +8,9 @@ head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundl
 
 A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
 (:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
-with the training rows' statistics (stored in its layout) and added through their own linear map
-beside the readout's, trained end to end (wide and deep).
+with the training rows' statistics (stored in its layout) through their own linear map (fitted
+before training: :mod:`seqenc.training.wide_start`), beside the readout's, which a learned gate
+weighs from 0 up: the encoder learns what the aggregates miss (wide and deep).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class SupervisedHead(nn.Module):
             :class:`~seqenc.data.aggregates.AggregateSpec`, its column ``names`` and their
             training ``center`` and ``scale`` after a signed log,
             :func:`~seqenc.data.label_aggregates.label_aggregates`); ``None``: the readout alone.
-        wide_dropout: dropout on the standardised aggregates in training.
     """
 
     def __init__(
@@ -50,7 +50,6 @@ class SupervisedHead(nn.Module):
         center: float = 0.0,
         scale: float = 1.0,
         aggregates: dict[str, Any] | None = None,
-        wide_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -63,7 +62,7 @@ class SupervisedHead(nn.Module):
         self.center, self.scale = float(center), float(scale)
         self.norm = nn.LayerNorm(d_model)
         self.linear = nn.Linear(d_model, len(classes) if classes else 1)
-        self.aggregates, self.wide_dropout = aggregates, float(wide_dropout)
+        self.aggregates = aggregates
         self.wide = None
         if aggregates is not None:
             for name in ("center", "scale"):  # plain data in the layout, a buffer to compute on
@@ -71,28 +70,29 @@ class SupervisedHead(nn.Module):
                 self.register_buffer(f"wide_{name}", values, persistent=False)
             self.wide = nn.Linear(len(aggregates["names"]), self.linear.out_features)
             nn.init.zeros_(self.wide.weight)
-            self.drop = nn.Dropout(wide_dropout)
+            # the sequence part's weight: 0 at the start, so a fused head starts as the
+            # aggregates' own model and the sequence adds to it only what training finds
+            self.gate = nn.Parameter(torch.zeros(1))
 
     @classmethod
-    def of(
-        cls, d_model: int, labels: dict[str, Any], fusion: str = "none", wide_dropout: float = 0.0
-    ) -> SupervisedHead:
+    def of(cls, d_model: int, labels: dict[str, Any], fusion: str = "none") -> SupervisedHead:
         """The head of a data spec's ``labels`` (its arguments, and the aggregates' layout), fused
         with the aggregates when ``fusion="aggregates"``."""
         layout = labels.get("aggregates") if fusion == "aggregates" else None
-        rest = {k: v for k, v in labels.items() if k not in ("aggregates", "wide_dropout")}
-        return cls(d_model, **rest, aggregates=layout, wide_dropout=wide_dropout)
+        rest = {k: v for k, v in labels.items() if k != "aggregates"}
+        return cls(d_model, **rest, aggregates=layout)
 
     def forward(self, readout: Tensor, wide: Tensor | None = None) -> Tensor:
-        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head adds its
-        linear map of the aggregates ``wide`` ``[B, n_wide]``, standardised after a signed log."""
+        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head's are its
+        linear map of the aggregates ``wide`` ``[B, n_wide]`` (standardised after a signed log)
+        plus the readout's, weighed by its learned ``gate``."""
         out = self.linear(self.norm(readout))
         if self.wide is None:
             return out
         if wide is None or wide.shape[-1] != self.wide.in_features:
             got = None if wide is None else wide.shape[-1]
             raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
-        return out + self.wide(self.drop(self.standardise(wide)))
+        return self.wide(self.standardise(wide)) + self.gate * out
 
     def standardise(self, wide: Tensor) -> Tensor:
         """``[B, n_wide]`` the aggregates in units of their training scale from its centre, after
@@ -127,5 +127,4 @@ class SupervisedHead(nn.Module):
             "center": self.center,
             "scale": self.scale,
             "aggregates": self.aggregates,
-            "wide_dropout": self.wide_dropout,
         }

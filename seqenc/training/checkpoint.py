@@ -63,8 +63,8 @@ def bundle_from_checkpoint(
         spec = DataSpec.from_dict(state["spec"])
         if spec.labels:  # a fine-tuned model: its label head is part of the encoder's weights
             hp = ckpt["hyper_parameters"]
-            fusion = (hp.get("fusion", "none"), hp.get("fusion_dropout", 0.0))
-            encoder.head = SupervisedHead.of(encoder.config.d_model, spec.labels, *fusion)
+            fusion = hp.get("fusion", "none")
+            encoder.head = SupervisedHead.of(encoder.config.d_model, spec.labels, fusion)
         prefix = "encoder."
         encoder.load_state_dict(
             {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}

@@ -34,11 +34,11 @@ class LabelHead:
     """Mixed into the LightningModule: everything its label head adds (``self.encoder``,
     ``self.hparams``, ``self.log``, ``self.trainer`` are the module's)."""
 
-    def add_label_head(self, labels: dict[str, Any], fusion: str, fusion_dropout: float) -> None:
+    def add_label_head(self, labels: dict[str, Any], fusion: str) -> None:
         """The head of ``labels`` (:class:`~seqenc.model.head.SupervisedHead`'s arguments; with
         ``fusion="aggregates"`` its aggregates' layout too), its class weights (set when the fit
         starts) and the held-out outputs of an epoch."""
-        self.encoder.head = SupervisedHead.of(self.config.d_model, labels, fusion, fusion_dropout)
+        self.encoder.head = SupervisedHead.of(self.config.d_model, labels, fusion)
         self.register_buffer("label_weights", None, persistent=False)
         self.label_outputs, self.label_targets = CatMetric(), CatMetric()
 

@@ -90,8 +90,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
         class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
             classes weigh more, from the training labels), ``"none"``, or one weight per class
             (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
-        fusion, fusion_dropout: with a label table, ``"aggregates"`` adds each row's aggregates
-            (:mod:`seqenc.data.label_aggregates`) to the head, with this dropout; or ``"none"``.
+        fusion: with a label table, ``"aggregates"`` adds each row's aggregates
+            (:mod:`seqenc.data.label_aggregates`) to the head; or ``"none"``.
         label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
             labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
 
@@ -125,7 +125,6 @@ class SeqencModule(LabelHead, pl.LightningModule):
         class_weights: ClassWeights = "auto",
         label_steps: int | None = None,
         fusion: Literal["aggregates", "none"] = "none",
-        fusion_dropout: float = 0.1,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
@@ -155,7 +154,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         if spec.labels:
-            self.add_label_head(spec.labels, fusion, fusion_dropout)
+            self.add_label_head(spec.labels, fusion)
         if init_from is not None:
             self._init_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics

@@ -266,9 +266,6 @@ def check_options(
     """Refuse, in one line, an option that would be ignored (set to other than its default,
     ``defaults``, :func:`check_ignored`) or that cannot train (called when the model is built:
     before Lightning prints anything)."""
-    drop = options.get("fusion_dropout", 0.0)
-    if not (_real(drop) and 0 <= drop < 1):
-        raise SeqencError(f"model.fusion_dropout must be a number in [0, 1), got {drop!r}")
     prob, last = options["mask_prob"], options["mask_last_prob"]
     if not (_real(prob) and 0 < prob <= 1 and _real(last) and 0 <= last <= 1):
         raise SeqencError(
@@ -335,7 +332,6 @@ def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
         "contrastive_temperature": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
         "contrastive_min_share": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
         "fusion": (bool(options.get("labels")), "it fuses the aggregates into a label head, and there is no data.labels"),
-        "fusion_dropout": (options.get("labels") and options["fusion"] == "aggregates", "it is the fused aggregates' dropout, and model.fusion is none (or there is no data.labels)"),
     }  # fmt: skip
     for name, (is_read, why) in read.items():
         if not is_read and options[name] != defaults[name]:

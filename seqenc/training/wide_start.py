@@ -1,8 +1,9 @@
-"""Where a fused head's wide part starts: the ridge-penalised linear model of the aggregates alone,
-fitted on the labelled training rows before the first step (the logistic regression a
-practitioner would fit, its penalty chosen by cross-validation on those rows). Training then
-moves it and the sequence part together, so the fused model starts where the aggregates' own
-model ends instead of learning it from zero in a few hundred noisy steps."""
+"""A fused head's wide part: the ridge-penalised linear model of the aggregates alone, fitted on
+the labelled training rows before the first step (the logistic regression a practitioner would
+fit, its penalty chosen by cross-validation on those rows) and then kept: the training steps move
+the encoder, its readout's map and the gate that adds them (from 0), so the fused model starts as
+the aggregates' own model and learns what they miss, where a wide part trained by the steps would
+lose the chosen penalty within a few hundred noisy steps."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def fit_wide_start(
     with torch.no_grad():
         head.wide.weight.copy_(w)
         head.wide.bias.copy_(b)
+    head.wide.requires_grad_(False)
     return (
-        f"fusion: the aggregates' part starts as their own penalised linear model (penalty {best:g}"
+        f"fusion: the aggregates' part is their own penalised linear model (penalty {best:g}"
         f", cross-validated score {max(means):.4f} on the training rows)"
     )
