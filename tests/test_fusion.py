@@ -81,7 +81,7 @@ def test_encode_predicts_from_the_embedding_and_the_aggregates_at_as_of(fused) -
     )
     head = enc.model.head
     deep = head.linear(head.norm(torch.from_numpy(out.embeddings)))
-    scores = head.wide(z.clamp(-8, 8)) + head.gate * deep
+    scores = head.wide(z.clamp(-8, 8)) + deep
     expected = torch.softmax(scores, -1).detach().numpy()
     np.testing.assert_allclose(out.predictions, expected, atol=1e-5)
     later = events.copy()
@@ -175,8 +175,8 @@ def test_the_export_predicts_as_encode_does(fused, tmp_path) -> None:
 
 
 def test_a_fused_head_starts_as_the_aggregates_model_and_keeps_it() -> None:
-    """Gate 0: the outputs are the wide part's whatever the readout; the wide part is fitted
-    and frozen (no gradient reaches it), the gate and the readout's map train."""
+    """The readout's map starts at zero: the outputs are the wide part's whatever the readout;
+    the wide part is fitted and frozen (no gradient reaches it), the readout's map trains."""
     from seqenc.model.head import SupervisedHead
     from seqenc.training.label_head import label_score
     from seqenc.training.wide_start import fit_wide_start
@@ -192,4 +192,4 @@ def test_a_fused_head_starts_as_the_aggregates_model_and_keeps_it() -> None:
     a, b = (head(r, x) for r in readouts)
     torch.testing.assert_close(a, b)
     head(readouts[0], x).sum().backward()
-    assert head.wide.weight.grad is None and head.gate.grad is not None
+    assert head.wide.weight.grad is None and head.linear.weight.grad.abs().sum() > 0

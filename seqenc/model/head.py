@@ -9,8 +9,8 @@ head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundl
 A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
 (:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
 with the training rows' statistics (stored in its layout) through their own linear map (fitted
-before training: :mod:`seqenc.training.wide_start`), beside the readout's, which a learned gate
-weighs from 0 up: the encoder learns what the aggregates miss (wide and deep).
+before training: :mod:`seqenc.training.wide_start`), beside the readout's, which starts at zero:
+the encoder learns what the aggregates miss (wide and deep).
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ class SupervisedHead(nn.Module):
                 values = torch.tensor(aggregates[name], dtype=torch.float32)
                 self.register_buffer(f"wide_{name}", values, persistent=False)
             self.wide = nn.Linear(len(aggregates["names"]), self.linear.out_features)
-            nn.init.zeros_(self.wide.weight)
-            # the sequence part's weight: 0 at the start, so a fused head starts as the
-            # aggregates' own model and the sequence adds to it only what training finds
-            self.gate = nn.Parameter(torch.zeros(1))
+            # the readout's map starts at zero: a fused head starts as the aggregates' own model
+            # and the sequence adds to it only what training finds
+            for weights in (self.wide.weight, self.linear.weight, self.linear.bias):
+                nn.init.zeros_(weights)
 
     @classmethod
     def of(cls, d_model: int, labels: dict[str, Any], fusion: str = "none") -> SupervisedHead:
@@ -83,16 +83,15 @@ class SupervisedHead(nn.Module):
         return cls(d_model, **rest, aggregates=layout)
 
     def forward(self, readout: Tensor, wide: Tensor | None = None) -> Tensor:
-        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head's are its
-        linear map of the aggregates ``wide`` ``[B, n_wide]`` (standardised after a signed log)
-        plus the readout's, weighed by its learned ``gate``."""
+        """``[B, k]`` class scores or ``[B, 1]`` standardised numbers; a fused head adds its linear
+        map of the aggregates ``wide`` ``[B, n_wide]`` (standardised after a signed log)."""
         out = self.linear(self.norm(readout))
         if self.wide is None:
             return out
         if wide is None or wide.shape[-1] != self.wide.in_features:
             got = None if wide is None else wide.shape[-1]
             raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
-        return self.wide(self.standardise(wide)) + self.gate * out
+        return self.wide(self.standardise(wide)) + out
 
     def standardise(self, wide: Tensor) -> Tensor:
         """``[B, n_wide]`` the aggregates in units of their training scale from its centre, after

@@ -1,8 +1,8 @@
 """A fused head's wide part: the ridge-penalised linear model of the aggregates alone, fitted on
 the labelled training rows before the first step (the logistic regression a practitioner would
 fit, its penalty chosen by cross-validation on those rows) and then kept: the training steps move
-the encoder, its readout's map and the gate that adds them (from 0), so the fused model starts as
-the aggregates' own model and learns what they miss, where a wide part trained by the steps would
+the encoder and its readout's map (zero at the start), so the fused model starts as the
+aggregates' own model and learns what they miss, where a wide part trained by the steps would
 lose the chosen penalty within a few hundred noisy steps."""
 
 from __future__ import annotations
