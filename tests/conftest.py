@@ -1,4 +1,5 @@
-"""Shared test fixtures: the location of the licensed datasets in ``../shared/data``."""
+"""Shared test fixtures: the location of the licensed datasets in ``../shared/data``; hypothesis
+without deadlines (tests never assert timings: a loaded CI machine must not fail one)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("seqenc", deadline=None)
+settings.load_profile("seqenc")
 
 
 def shared_data_dir() -> Path:
