@@ -9,8 +9,8 @@ head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundl
 A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
 (:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
 with the training rows' statistics (stored in its layout) through their own linear map (fitted
-before training: :mod:`seqenc.training.wide_start`), beside the readout's, which starts at zero:
-the encoder learns what the aggregates miss (wide and deep).
+before training: :mod:`seqenc.training.wide_start`), beside the readout's, which starts at zero;
+the encoder is trained on the label through both and through a map of its own (wide and deep).
 """
 
 from __future__ import annotations
@@ -70,9 +70,12 @@ class SupervisedHead(nn.Module):
                 self.register_buffer(f"wide_{name}", values, persistent=False)
             self.wide = nn.Linear(len(aggregates["names"]), self.linear.out_features)
             # the readout's map starts at zero: a fused head starts as the aggregates' own model
-            # and the sequence adds to it only what training finds
+            # and the sequence adds to it only what training finds; the readout also has a map of
+            # its own, trained on the label alone (:meth:`alone`), so the encoder learns the label
+            # whatever the aggregates already explain
             for weights in (self.wide.weight, self.linear.weight, self.linear.bias):
                 nn.init.zeros_(weights)
+            self.solo = nn.Linear(d_model, self.linear.out_features)
 
     @classmethod
     def of(cls, d_model: int, labels: dict[str, Any], fusion: str = "none") -> SupervisedHead:
@@ -92,6 +95,11 @@ class SupervisedHead(nn.Module):
             got = None if wide is None else wide.shape[-1]
             raise ValueError(f"this head reads {self.wide.in_features} aggregates, got {got}")
         return self.wide(self.standardise(wide)) + out
+
+    def alone(self, readout: Tensor) -> Tensor:
+        """A fused head's outputs from the readout alone (its own map, a training signal for the
+        encoder: predictions are :meth:`forward`'s)."""
+        return self.solo(self.norm(readout))
 
     def standardise(self, wide: Tensor) -> Tensor:
         """``[B, n_wide]`` the aggregates in units of their training scale from its centre, after

@@ -51,8 +51,12 @@ class LabelHead:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The label head's outputs on ``batch`` and their (class-weighted) loss."""
         head = self.encoder.head
-        outputs = head(self.encoder.entity_embedding(batch), batch.aggregates)
-        return outputs, head.loss(outputs, targets, self.label_weights)
+        readout = self.encoder.entity_embedding(batch)
+        outputs = head(readout, batch.aggregates)
+        loss = head.loss(outputs, targets, self.label_weights)
+        if head.wide is not None:  # the readout on its own too: the encoder learns the label
+            loss = loss + head.loss(head.alone(readout), targets, self.label_weights)
+        return outputs, loss
 
     def _log_label_loss(self, stage: str, batch: Batch, targets: torch.Tensor) -> None:
         """The label loss of held-out samples (epoch mean); their outputs kept for the score."""
