@@ -49,7 +49,9 @@ LOG = pd.DataFrame(
 @pytest.fixture
 def split():
     store, vocabs = build_sequences(LOG)
-    ids = dict(zip([10, 11, 12, 13], vocabs.item.encode(pd.Series([10, 11, 12, 13]))[0]))
+    ids = dict(
+        zip([10, 11, 12, 13], vocabs.item.encode(pd.Series([10, 11, 12, 13]))[0], strict=True)
+    )
     return store, ids, *leave_one_basket_out(store)
 
 
