@@ -58,6 +58,10 @@ class EncoderConfig:
         repeat_head: score items of the entity's own history by a copy attention mixed in through
             a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (the default):
             :class:`~seqenc.training.module.SeqencModule` decides from the data; a bare encoder has none.
+        repeat_counts: (with ``repeat_head``) the copy attention reads each history item's number
+            of purchases and the time since its newest one (:func:`~seqenc.model.repeat.purchase_features`:
+            one key per item, a learned bias per cell of the two log buckets) instead of scoring
+            every past event alone. Off in bundles written without the field.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -90,6 +94,7 @@ class EncoderConfig:
     query_time: bool = True
     time_bias: bool = False
     repeat_head: bool | None = None
+    repeat_counts: bool = False
     recency: bool = False
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()
@@ -276,7 +281,14 @@ class SequenceEncoder(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_final = nn.LayerNorm(config.d_model)
         self.repeat = (
-            RepeatHead(config.d_model, config.n_time_buckets, config.time, config.query_time)
+            RepeatHead(
+                config.d_model,
+                config.n_time_buckets,
+                config.time,
+                config.query_time,
+                counts=config.repeat_counts,
+                baskets=config.baskets,
+            )
             if config.repeat_head
             else None
         )

@@ -16,6 +16,7 @@ from seqenc.bundle import load_bundle
 from seqenc.data.numeric import view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
+from seqenc.model.basket_loss import basket_nll
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
@@ -80,6 +81,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
             ``REPEAT_SHARE`` of the events are repeats (MovieLens-style logs, the published
             protocol); on logs where repeats are common, ranking them is the task. Saved
             resolved.
+        basket_positives: with baskets, what a basket trains on: ``"one"`` item of the next basket
+            drawn per line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`).
         ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
             basket protocol, ``spec.baskets``: :class:`~seqenc.training.metrics.BasketMetrics`).
         init_from: a bundle whose encoder weights start the training (fine-tuning a
@@ -117,6 +120,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
         filter_seen: bool | None = None,
+        basket_positives: Literal["one", "all"] = "one",
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
         class_weights: ClassWeights = "auto",
@@ -193,14 +197,16 @@ class SeqencModule(LabelHead, pl.LightningModule):
     def next_item_loss(self, batch: Batch) -> torch.Tensor:
         """The objective's item-prediction loss on a training batch (mean over its targets)."""
         hp = self.hparams
-        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
-        hidden = self.encoder(inputs)
-        keep = labels >= N_SPECIAL
         weight = self.encoder.item_embedding.weight
         options = dict(hp.loss_options or {})
         if self.loss == "sampled_softmax" and self.proposal is not None:
             options.setdefault("proposal", self.proposal)
-        if self.encoder.repeat is not None:
+        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
+        hidden = self.encoder(inputs)
+        keep = labels >= N_SPECIAL
+        if self.config.baskets and hp.get("basket_positives", "one") == "all":
+            loss = basket_nll(hidden, inputs, weight, self.loss, self.encoder.repeat, **options)
+        elif self.encoder.repeat is not None:
             loss = mixture_nll(
                 self.encoder.repeat, hidden, inputs, weight, labels, self.loss, **options
             )

@@ -34,6 +34,7 @@ SHAPE_OPTIONS = (
     "query_time",
     "time_bias",
     "repeat_head",
+    "repeat_counts",
     "n_time_buckets",
     "numeric_scaling",
 )
@@ -234,6 +235,15 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             f"model.loss_options {options['loss_options']} would be ignored: the repeat head's "
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
+        )
+    if options.get("basket_positives", "one") not in ("one", "all"):
+        raise SeqencError(
+            f"model.basket_positives must be 'one' or 'all', got {options['basket_positives']!r}"
+        )
+    if encoder.repeat_counts and not encoder.repeat_head:
+        raise SeqencError(
+            "model.encoder.repeat_counts reads the repeat head's purchases: it needs "
+            "model.encoder.repeat_head true (or null on a log with repeats)"
         )
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     lr, decay = options["lr"], options["weight_decay"]
