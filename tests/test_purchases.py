@@ -96,11 +96,8 @@ def loop_attention(head: RepeatHead, hidden: torch.Tensor, b: Batch, baskets: bo
                 s = s + head.steps.weight[bucket(max(i - j, 0)), 0]
                 ago = float(b.dt_ref[r, j] - b.dt_ref[r, i]) + float(gaps[r, i])
                 t = min(max(math.floor(math.log(max(ago, 1.0)) / 0.301), 0), N_TIME - 1)
-                s = (
-                    s
-                    + head.ago.weight[t, 0]
-                    + head.frequency.weight[bucket(count[j]) * N_TIME + t, 0]
-                )
+                cell = bucket(count[j]) * N_TIME + t
+                s = s + head.ago.weight[t, 0] + math.log(count[j]) + head.frequency.weight[cell, 0]
                 scores.append(s)
             if scores:
                 out[r, i, keys] = torch.softmax(torch.stack(scores), 0)

@@ -15,10 +15,11 @@ the catalogue part :func:`~seqenc.model.losses.target_log_softmax` (exact or sam
 
 With ``counts`` the copy attention reads, per history item, what P-TopFreq and TIFU-KNN live on:
 position i attends to one key per distinct item it may copy, that item's newest purchase up to
-i, and the key's score adds a learned bias of (how many purchases of the item up to then, how
-long ago the newest was) on a log-bucket grid (:func:`purchase_features`). A purchase is a
-basket that holds the item (with the basket rule) or an event (without): a basket's repeated
-lines count once. The copy mass of an item is then its key's weight alone.
+i, and the key's score adds the log of the item's purchases up to then and a learned bias of
+(how many purchases, how long ago the newest was) on a log-bucket grid
+(:func:`purchase_features`). A purchase is a basket that holds the item (with the basket rule)
+or an event (without): a basket's repeated lines count once. The copy mass of an item is then
+its key's weight alone.
 """
 
 from __future__ import annotations
@@ -148,7 +149,10 @@ class RepeatHead(nn.Module):
         if ago is None:
             ago = step_bucket((order_i - order[:, None, :]).clamp(min=0))
         cell = step_bucket(count)[:, None, :] * self.n_recency + ago
-        return allowed, self.frequency.weight[:, 0][cell]
+        # log(count) fixed: at the start an item's mass grows with its purchases, as the per-event
+        # head's summed mass does; the learned cells then shape it (small bias tables move slowly)
+        prior = count.float().clamp(min=1.0).log()[:, None, :]
+        return allowed, prior + self.frequency.weight[:, 0][cell]
 
     def log_gates(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """``(log g, log(1 - g))``, each ``[B, L]``."""
