@@ -159,6 +159,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "n_heads": (2, 4), "ffn_mult": (4, 2), "dropout": (0.1, 0.5),
         "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
         "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
+        "repeat_counts": (False, True), "basket_positives": ("one", "all"),
         "n_time_buckets": (64, 32), "numeric_scaling": ("global", "per_item"), "pooling": ("last", "mean"), "normalize": (False, True),
         "loss": ("ce", "bce"), "loss_options": (None, {"chunk_size": 4}), "mask_prob": (0.2, 0.5),
         "replace_rule": (True, False), "mask_last_prob": (0.0, 0.5),
@@ -182,6 +183,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         for name in options:
             masking = name in ("mask_prob", "replace_rule", "mask_last_prob")
             where = {**base, "objective": "masked"} if masking else base
+            where = {**where, "repeat_head": True} if name == "repeat_counts" else where
             a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):
                 changes.add(name)
@@ -207,6 +209,11 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         ),
         ({"encoder": replace(SMALL, n_positions=50)}, "set from data.history_len + 1 (9 here)"),
         ({"encoder": replace(SMALL, recency=True)}, "model.encoder.recency"),
+        (
+            {"encoder": replace(SMALL, repeat_head=False, repeat_counts=True)},
+            "model.encoder.repeat_counts reads the repeat head's purchases",
+        ),
+        ({"basket_positives": "some"}, "model.basket_positives must be 'one' or 'all'"),
     ],
 )
 def test_an_option_that_would_be_ignored_is_refused_in_one_line(options, words):
