@@ -93,7 +93,7 @@ def loop_attention(head: RepeatHead, hidden: torch.Tensor, b: Batch, baskets: bo
             scores = []
             for j in keys:
                 s = head.query(hidden[r, i]) @ head.key(hidden[r, j]) / math.sqrt(head.d_key)
-                s = s + head.steps.weight[bucket(max(i - j, 0)), 0]
+                s = s + head.steps.weight[bucket(max(order[i] - order[j], 0)), 0]
                 ago = float(b.dt_ref[r, j] - b.dt_ref[r, i]) + float(gaps[r, i])
                 t = min(max(math.floor(math.log(max(ago, 1.0)) / 0.301), 0), N_TIME - 1)
                 cell = bucket(count[j]) * N_TIME + t

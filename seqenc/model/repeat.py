@@ -107,7 +107,9 @@ class RepeatHead(nn.Module):
         position, Q = L): rows sum to 1 over the allowed j, 0 elsewhere.
 
         Position i may copy event j when j <= i, j is a real event and its item a real item
-        (with ``counts``: when j is its item's newest purchase as of i, :func:`purchase_features`).
+        (with ``baskets``, j's basket is not newer than i's, and steps count events between the
+        baskets' starts, so no order inside a basket matters; with ``counts``, j must be its
+        item's newest purchase as of i, :func:`purchase_features`).
         The ``[B, Q, L]`` biases are table lookups by plain indexing: ``nn.Embedding``'s backward
         over that many indices is much slower on a CPU. With the default ``at`` the steps ago,
         the same for every history, are bucketed once (``[1, L, L]``) and broadcast.
@@ -115,7 +117,11 @@ class RepeatHead(nn.Module):
         positions = torch.arange(hidden.shape[1], device=hidden.device)
         at = positions[None, :] if at is None else at  # [1 or B, Q]
         rows_at = at.expand(len(batch), -1)
-        steps = at[:, :, None] - positions[None, None, :]  # [1 or B, Q, L]
+        if self.baskets:  # in basket starts: a basket's lines are one time, in no order
+            order = basket_positions(batch)
+            steps = order.gather(1, rows_at)[:, :, None] - order[:, None, :]  # [B, Q, L]
+        else:
+            steps = at[:, :, None] - positions[None, None, :]  # [1 or B, Q, L]
         allowed = (steps >= 0) & ((batch.items >= N_SPECIAL) & batch.padding_mask)[:, None, :]
         h = hidden.float()
         queries = h.gather(1, rows_at[..., None].expand(-1, -1, h.shape[-1]))

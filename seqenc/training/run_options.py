@@ -236,9 +236,13 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
         )
-    if options.get("basket_positives", "one") not in ("one", "all"):
+    positives = options.get("basket_positives", "one")
+    if positives not in ("one", "all"):
+        raise SeqencError(f"model.basket_positives must be 'one' or 'all', got {positives!r}")
+    if positives == "all" and not encoder.baskets:
         raise SeqencError(
-            f"model.basket_positives must be 'one' or 'all', got {options['basket_positives']!r}"
+            "model.basket_positives all trains on next baskets: it needs the basket protocol "
+            "(data.baskets true, or null on a log whose newest events share their time)"
         )
     if encoder.repeat_counts and not encoder.repeat_head:
         raise SeqencError(
