@@ -218,6 +218,23 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _check_repeat_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
+    """Refuse, in one line, a basket or purchase-count option that cannot apply."""
+    positives = options.get("basket_positives", "one")
+    if positives not in ("one", "all"):
+        raise SeqencError(f"model.basket_positives must be 'one' or 'all', got {positives!r}")
+    if positives == "all" and not encoder.baskets:
+        raise SeqencError(
+            "model.basket_positives all trains on next baskets: it needs the basket protocol "
+            "(data.baskets true, or null on a log whose newest events share their time)"
+        )
+    if encoder.repeat_counts and not encoder.repeat_head:
+        raise SeqencError(
+            "model.encoder.repeat_counts reads the repeat head's purchases: it needs "
+            "model.encoder.repeat_head true (or null on a log with repeats)"
+        )
+
+
 def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: str) -> None:
     """Refuse, in one line, an option that would be ignored or that cannot train."""
     if encoder.recency:
@@ -236,19 +253,7 @@ def check_options(options: dict[str, Any], encoder: EncoderConfig, objective: st
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
         )
-    positives = options.get("basket_positives", "one")
-    if positives not in ("one", "all"):
-        raise SeqencError(f"model.basket_positives must be 'one' or 'all', got {positives!r}")
-    if positives == "all" and not encoder.baskets:
-        raise SeqencError(
-            "model.basket_positives all trains on next baskets: it needs the basket protocol "
-            "(data.baskets true, or null on a log whose newest events share their time)"
-        )
-    if encoder.repeat_counts and not encoder.repeat_head:
-        raise SeqencError(
-            "model.encoder.repeat_counts reads the repeat head's purchases: it needs "
-            "model.encoder.repeat_head true (or null on a log with repeats)"
-        )
+    _check_repeat_options(options, encoder)
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     lr, decay = options["lr"], options["weight_decay"]
     if not (_real(lr) and lr >= 0 and _real(decay) and decay >= 0):
