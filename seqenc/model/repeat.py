@@ -12,14 +12,6 @@ A learned gate mixes it with the catalogue softmax:
 
 Training minimises the cross-entropy of that mixture (:func:`mixture_nll`): the copy part exact,
 the catalogue part :func:`~seqenc.model.losses.target_log_softmax` (exact or sampled).
-
-With ``counts`` the copy attention reads, per history item, what P-TopFreq and TIFU-KNN live on:
-position i attends to one key per distinct item it may copy, that item's newest purchase up to
-i, and the key's score adds the log of the item's purchases up to then and a learned bias of
-(how many purchases, how long ago the newest was) on a log-bucket grid
-(:func:`purchase_features`). A purchase is a basket that holds the item (with the basket rule)
-or an event (without): a basket's repeated lines count once. The copy mass of an item is then
-its key's weight alone.
 """
 
 from __future__ import annotations
@@ -77,7 +69,13 @@ def purchase_features(batch: Batch, baskets: bool) -> tuple[Tensor, Tensor, Tens
 
 
 class RepeatHead(nn.Module):
-    """Copy attention over a history's earlier events, and the gate that mixes it in."""
+    """Copy attention over a history's earlier events, and the gate that mixes it in.
+
+    ``counts``: position i attends to one key per item, its newest purchase up to i, scored also
+    by ``log(purchases)`` and a learned bias per (purchases, recency) cell of log buckets
+    (:func:`purchase_features`): what P-TopFreq and TIFU-KNN live on. ``baskets``: steps and
+    purchases read basket starts (the basket rule), never the order of lines in a basket.
+    """
 
     def __init__(
         self,

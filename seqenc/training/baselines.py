@@ -1,19 +1,17 @@
-"""Trivial next-item baselines on the model's own split: popularity, repeat-recent, P-TopFreq.
-
-Both rank the full catalogue with the model's metrics, so their figures sit beside its figures:
+"""Trivial next-item baselines on the model's own split, ranking the full catalogue with the
+model's metrics so their figures sit beside its figures:
 
 - **popularity**: items by their count in the training part of the split, ties by smaller id;
 - **repeat**: the history's items first, the most recently used first, then popularity;
 - **topfreq** (basket protocol, P-TopFreq): the history's items first, the most often used first
   (ties: the most recent), then popularity;
-- **timedecay** (basket protocol): the history's items first, each past purchase decayed by its
-  age with the item's own rate fitted on the training part (:mod:`seqenc.training.decay`), then
-  popularity.
+- **timedecay** (basket protocol): the history's items by their purchases decayed with per-item
+  rates fitted on the training part (:mod:`seqenc.training.decay`), then popularity.
 
 Without baskets each target's rank comes from its history's distinct items (no score per item);
-under the basket protocol the three rank the target basket with
-:class:`~seqenc.training.metrics.BasketMetrics`. The history is the sample's whole input, not truncated to
-``history_len``: the same events the seen-item filter removes.
+under the basket protocol they rank the target basket with
+:class:`~seqenc.training.metrics.BasketMetrics`. The history is the sample's whole input, not
+truncated to ``history_len``: the same events the seen-item filter removes.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
-"""The time-aware repeat baseline of the basket protocol: each past purchase of an item, decayed
-by its age at the query time with the item's own rate (time-aware item weighting, as Romanov et
-al., RecSys 2023, in its simplest form).
+"""The time-aware repeat baseline of the basket protocol: each past purchase of an item decayed
+by its age at the query time with the item's own rate (time-aware item weighting, Romanov et al.,
+RecSys 2023, in its simplest form).
 
-An item's time scale is the geometric mean of its repurchase intervals in the training part of
-the split (the time between two baskets of one entity that both hold it), shrunk toward the
-pooled geometric mean of every item's intervals with the weight of :data:`PRIOR_INTERVALS`
-intervals: a rare item reads the pooled scale, a staple its own. A history item's score is
-``log sum_b exp(-age_b / scale_item)`` over the history's baskets ``b`` that hold it (a basket
-counts once, however many lines it has), ``age_b`` measured to the query time, the time the
-prediction is for (the target basket's, as the model's query time). The history's items rank
-first by that score (ties: the more popular first), then the other items by popularity.
-
-How fast purchases fade differs between logs (a grocery's staples, a bank's monthly transfers),
-so one global multiplier of every item's scale, from :data:`DECAY_SPANS`, is fitted on the
-training split too: the one whose decayed scores best rank each training history's newest basket
-from the baskets before it (NDCG@10 over at most :data:`FIT_SAMPLES` histories).
+An item's time scale is the geometric mean of its repurchase intervals (two baskets of one entity
+that both hold it) in the training split, shrunk toward the pooled one with the weight of
+:data:`PRIOR_INTERVALS` intervals, times one multiplier from :data:`DECAY_SPANS` fitted on the
+training split too (the one that best ranks the training histories' newest baskets: purchases
+fade at different paces in a grocery and a bank). A history item scores
+``log sum_b exp(-age_b / scale_item)`` over its purchases (a basket counts once), ``age_b`` to the
+query time (the target basket's, as the model's); the history's items rank first by that score
+(ties: the more popular), then the rest by popularity.
 """
 
 from __future__ import annotations
