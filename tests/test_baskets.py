@@ -241,6 +241,24 @@ def test_the_embedding_does_not_depend_on_the_order_of_lines_in_a_basket(tmp_pat
     assert np.abs(a.embeddings - b.embeddings).max() > 100 * TOL
 
 
+@pytest.mark.parametrize("counts", [False, True])
+def test_recommendations_do_not_depend_on_the_order_of_lines_in_a_basket(tmp_path, counts):
+    """The repeat head's scores (with its purchase counts too) read a basket as a set."""
+    events = daily(tiny_events(30, seed=7))
+    history_len = int(events.groupby("entity_id").size().max())
+    tops = []
+    for lines in ("line_a", "line_b"):
+        schema = EventSchema(categorical=SCHEMA.categorical, tie_breakers=(lines,))
+        path = random_bundle(
+            tmp_path / f"{lines}-{counts}", events, schema, history_len,
+            baskets=True, repeat_head=True, repeat_counts=counts,
+        )  # fmt: skip
+        top = load_encoder(path, "cpu").recommend(events, k=5, filter_seen=False)
+        tops.append(top.sort_values(["entity_id", "item_id"]).reset_index(drop=True))
+    assert tops[0][["entity_id", "item_id"]].equals(tops[1][["entity_id", "item_id"]])
+    assert np.abs(tops[0]["score"] - tops[1]["score"]).max() <= TOL
+
+
 def test_the_update_of_a_basket_model_equals_encode(tmp_path):
     events = daily(tiny_events(30, seed=6)).drop(columns=["line_a", "line_b"])
     enc = load_encoder(random_bundle(tmp_path / "b", events, SCHEMA, 40, baskets=True), "cpu")

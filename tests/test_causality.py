@@ -48,7 +48,7 @@ def events(j: int, item_j: int = 7, shift_j: float = 0.0) -> pd.DataFrame:
 def outputs(config: EncoderConfig, log: pd.DataFrame, vocabs) -> tuple[torch.Tensor, ...]:
     store, _ = build_sequences(log, SCHEMA, keep_newest=None, vocabs=vocabs)
     window = collate(full_view(store), np.array([0]), N_EVENTS)
-    inputs, _ = Causal().training_pair(window, config.n_items)
+    inputs, _ = Causal(config.baskets).training_pair(window, config.n_items)
     torch.manual_seed(0)
     model = SequenceEncoder(config).eval()
     with torch.no_grad():
@@ -60,9 +60,9 @@ def outputs(config: EncoderConfig, log: pd.DataFrame, vocabs) -> tuple[torch.Ten
 
 
 OPTIONS = [
-    dict(time=time, query_time=query, time_bias=bias, repeat_head=repeat)
-    for time, query, bias, repeat in itertools.product([True, False], repeat=4)
-    if time or not (query or bias)
+    dict(time=time, query_time=query, time_bias=bias, repeat_head=repeat, repeat_counts=counts)
+    for time, query, bias, repeat, counts in itertools.product([True, False], repeat=5)
+    if (time or not (query or bias)) and (repeat or not counts)
 ]
 
 
@@ -96,3 +96,35 @@ def test_position_i_sees_only_events_up_to_i(options, j):
             torch.testing.assert_close(a[j - 1], b[j - 1], rtol=0, atol=1e-6)
     if options["time"] and options["query_time"]:
         assert not torch.allclose(before[0][j - 1], later[0][j - 1])  # the query term reaches it
+
+
+# baskets of the basket rule: day d holds the events at these positions (3 lines on day 2)
+DAYS = [0, 0, 1, 2, 2, 2, 3, 3, 4, 5, 5, 6]
+
+
+@pytest.mark.parametrize("counts", [True, False])
+@pytest.mark.parametrize("day", [2, 5])
+def test_a_basket_sees_only_earlier_baskets_and_itself(counts, day):
+    """The basket rule with the repeat head (and its purchase counts): changing an item bought on
+    ``day`` leaves every position of an earlier basket identical (state, copy weights, gate)."""
+    j = DAYS.index(day) + 1  # the basket's second line
+    base = events(j).assign(timestamp=pd.to_datetime(np.array(DAYS) * 86400.0 + 1.7e9, unit="s"))
+    changed = base.assign(item_id=np.where(np.arange(N_EVENTS) == j, 8, base["item_id"]))
+    _, vocabs = build_sequences(pd.concat([base, changed]), SCHEMA, keep_newest=None)
+    config = EncoderConfig(
+        n_items=len(vocabs.item),
+        d_model=16,
+        n_heads=2,
+        n_positions=N_EVENTS + 1,
+        dropout=0.0,
+        categorical_sizes=(len(vocabs.categorical["kind"]),),
+        n_numeric=1,
+        repeat_head=True,
+        repeat_counts=counts,
+        baskets=True,
+    )
+    earlier = DAYS.index(day)  # positions of the baskets before ``day``
+    before, after = outputs(config, base, vocabs), outputs(config, changed, vocabs)
+    for a, b in zip(before, after, strict=True):
+        torch.testing.assert_close(a[:earlier], b[:earlier], rtol=0, atol=1e-6)
+    assert not torch.allclose(before[0][earlier:], after[0][earlier:])

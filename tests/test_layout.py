@@ -24,7 +24,13 @@ LAYERS = [
         "seqenc.model",
     ],
     ["seqenc.data"],
-    ["seqenc.bundle", "seqenc.training.checkpoint", "seqenc.testing", "seqenc.training.baselines"],
+    [
+        "seqenc.bundle",
+        "seqenc.training.checkpoint",
+        "seqenc.testing",
+        "seqenc.training.baselines",
+        "seqenc.training.decay",
+    ],
     ["seqenc.compat"],  # a space's map to its parent (parent_map), the lineage (lineage)
     [
         "seqenc.training",  # the LightningModule, its options and callbacks

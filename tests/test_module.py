@@ -159,6 +159,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "n_heads": (2, 4), "ffn_mult": (4, 2), "dropout": (0.1, 0.5),
         "attention_dropout": (0.0, 0.5), "positional": ("learned", "rope"), "time": (True, False),
         "query_time": (True, False), "time_bias": (True, False), "repeat_head": (False, True),
+        "repeat_counts": (False, True),
         "n_time_buckets": (64, 32), "numeric_scaling": ("global", "per_item"), "pooling": ("last", "attention"),
         "normalize": (False, True),
         "loss": ("ce", "bce"), "loss_options": (None, {"chunk_size": 4}), "mask_prob": (0.2, 0.5),
@@ -175,7 +176,9 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     options = [
         p
         for p in inspect.signature(SeqencModule).parameters
-        if p not in ("spec", "encoder", "init_from")  # init_from: tests/test_finetune.py
+        # init_from: tests/test_finetune.py; basket_positives needs a basket log and only picks
+        # the loss's terms (tests/test_purchases.py)
+        if p not in ("spec", "encoder", "init_from", "basket_positives")
     ]
     # recency is refused for new models (tested below); the data decides the others
     options += sorted(ENCODER_FIELDS - set(FROM_DATA) - {"recency"})
@@ -205,6 +208,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
                 where = {**where, "contrastive_weight": 1.0}
             if name == "numeric_scaling":  # per_item needs numeric columns
                 where = {**where, "spec": numeric}
+            where = {**where, "repeat_head": True} if name == "repeat_counts" else where
             a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):
                 changes.add(name)
@@ -230,6 +234,12 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         ),
         ({"encoder": replace(SMALL, n_positions=50)}, "set from data.history_len + 1 (9 here)"),
         ({"encoder": replace(SMALL, recency=True)}, "model.encoder.recency"),
+        (
+            {"encoder": replace(SMALL, repeat_head=False, repeat_counts=True)},
+            "model.encoder.repeat_counts reads the repeat head's purchases",
+        ),
+        ({"basket_positives": "some"}, "model.basket_positives must be 'one' or 'all'"),
+        ({"basket_positives": "all"}, "model.basket_positives all trains on next baskets"),
     ],
 )
 def test_an_option_that_would_be_ignored_is_refused_in_one_line(options, words):

@@ -18,7 +18,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from seqenc.model.batch import PAD, Batch
+from seqenc.model.batch import N_SPECIAL, PAD, Batch
 
 
 def _relations(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
@@ -92,3 +92,19 @@ def next_basket_labels(batch: Batch, generator: torch.Generator | None = None) -
     draw = torch.rand(nxt.shape, device=ref.device, generator=generator).masked_fill(~nxt, -1.0)
     picked = batch.items.gather(1, draw.argmax(-1))
     return torch.where(nxt.any(-1) & batch.padding_mask, picked, torch.full_like(picked, PAD))
+
+
+def next_basket_pairs(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """``(rows, positions, items)``, each ``[P]``: every pair of a basket and a distinct real item
+    of the next basket in the window, the basket read at its first line (every line of a basket
+    holds its pooled state). The multi-positive loss of the basket rule trains on these pairs."""
+    _, later, same = _relations(batch)
+    width = batch.items.shape[1]
+    positions = torch.arange(width, device=batch.items.device)
+    before = positions[None, :] < positions[:, None]  # key k sorts before query i
+    opens = batch.padding_mask & ~(same & before).any(-1)
+    same_item = batch.items[:, :, None] == batch.items[:, None, :]
+    first_line = ~(same & same_item & before).any(-1) & (batch.items >= N_SPECIAL)
+    nxt = later & (batch.dt_ref[:, None, :] == _next_ref(batch, later)[:, :, None])
+    rows, at, key = (nxt & opens[:, :, None] & first_line[:, None, :]).nonzero(as_tuple=True)
+    return rows, at, batch.items[rows, key]

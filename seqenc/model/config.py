@@ -41,6 +41,10 @@ class EncoderConfig:
         repeat_head: score items of the entity's own history by a copy attention mixed in through
             a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (the default):
             :class:`~seqenc.training.module.SeqencModule` decides from the data; a bare encoder has none.
+        repeat_counts: (with ``repeat_head``) the copy attention reads each history item's number
+            of purchases and the time since its newest one (:func:`~seqenc.model.repeat.purchase_features`:
+            one key per item, a learned bias per cell of the two log buckets) instead of scoring
+            every past event alone. Off in bundles written without the field.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -89,6 +93,7 @@ class EncoderConfig:
     query_time: bool = True
     time_bias: bool = False
     repeat_head: bool | None = None
+    repeat_counts: bool = False
     recency: bool = False
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()

@@ -153,7 +153,14 @@ class SequenceEncoder(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_final = nn.LayerNorm(config.d_model)
         self.repeat = (
-            RepeatHead(config.d_model, config.n_time_buckets, config.time, config.query_time)
+            RepeatHead(
+                config.d_model,
+                config.n_time_buckets,
+                config.time,
+                config.query_time,
+                counts=config.repeat_counts,
+                baskets=config.baskets,
+            )
             if config.repeat_head
             else None
         )

@@ -1,16 +1,17 @@
-"""Trivial next-item baselines on the model's own split: popularity, repeat-recent, P-TopFreq.
-
-Both rank the full catalogue with the model's metrics, so their figures sit beside its figures:
+"""Trivial next-item baselines on the model's own split, ranking the full catalogue with the
+model's metrics so their figures sit beside its figures:
 
 - **popularity**: items by their count in the training part of the split, ties by smaller id;
 - **repeat**: the history's items first, the most recently used first, then popularity;
 - **topfreq** (basket protocol, P-TopFreq): the history's items first, the most often used first
-  (ties: the most recent), then popularity.
+  (ties: the most recent), then popularity;
+- **timedecay** (basket protocol): the history's items by their purchases decayed with per-item
+  rates fitted on the training part (:mod:`seqenc.training.decay`), then popularity.
 
 Without baskets each target's rank comes from its history's distinct items (no score per item);
-under the basket protocol the three rank the target basket with
-:class:`~seqenc.training.metrics.BasketMetrics`. The history is the sample's whole input, not truncated to
-``history_len``: the same events the seen-item filter removes.
+under the basket protocol they rank the target basket with
+:class:`~seqenc.training.metrics.BasketMetrics`. The history is the sample's whole input, not
+truncated to ``history_len``: the same events the seen-item filter removes.
 """
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ import torch
 from seqenc.data.batches import target_sets
 from seqenc.data.split import SequenceView, flat_events
 from seqenc.data.vocab import N_SPECIAL
+from seqenc.training.decay import (
+    DECAY_SPANS,
+    decay_scores,
+    interval_statistics,
+    newest_basket_view,
+    scales_from,
+)
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 
 BASELINES = ("popularity", "repeat")
-BASKET_BASELINES = ("popularity", "topfreq", "repeat")
+BASKET_BASELINES = ("popularity", "topfreq", "timedecay", "repeat")
 _BLOCK_CELLS = 1 << 22  # basket protocol: samples x items per dense score block (float64)
 
 # Sums a tensor over the processes of a run whose entities are sharded (every process calls it).
@@ -128,12 +136,15 @@ def ranking_metrics(
     ks: Sequence[int] = (10, 20),
     filter_seen: bool = False,
     reduce: Reduce | None = None,
+    scales: np.ndarray | None = None,
 ) -> dict[str, float]:
     """The metrics of :class:`~seqenc.training.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
     one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``; with target
-    baskets, those of :class:`~seqenc.training.metrics.BasketMetrics` (and ``"topfreq"`` too).
+    baskets, those of :class:`~seqenc.training.metrics.BasketMetrics` (and ``"topfreq"`` and
+    ``"timedecay"`` too).
 
-    ``counts``: training item counts (:func:`item_counts`). ``filter_seen``: the honest filter,
+    ``counts``: training item counts (:func:`item_counts`). ``scales``: ``timedecay``'s time
+    scale per item (:func:`~seqenc.training.decay.scales_from`), needed by it alone. ``filter_seen``: the honest filter,
     every item of the sample's history is removed from the ranking, the target included, so a
     repeated target is a miss (repeat-recent then ranks like popularity over unseen items).
     ``reduce``: the metrics of every process's targets, each process holding its own entities.
@@ -145,9 +156,13 @@ def ranking_metrics(
         raise ValueError("the evaluation view has no targets (use the val or test split)")
     n_items = max(len(counts), int(eval_view.store.items.max(initial=0)) + 1)
     counts = np.pad(counts, (0, n_items - len(counts)))
+    if scales is not None:
+        scales = np.pad(scales, (0, n_items - len(scales)), constant_values=1.0)
     baskets = eval_view.target_ends is not None
+    if method == "timedecay" and scales is None:
+        raise ValueError("the timedecay baseline needs the items' time scales (scales=)")
     if baskets:
-        metrics = _basket_metrics(method, eval_view, counts, ks, filter_seen)
+        metrics = _basket_metrics(method, eval_view, counts, ks, filter_seen, scales)
     else:  # one rank per target from its history's distinct items: no score per item
         metrics = RankingMetrics(ks, sync_on_compute=False)  # summed by ``reduce`` only
         ranks = target_ranks(method, eval_view, popularity_ranks(counts), filter_seen)
@@ -162,7 +177,12 @@ def ranking_metrics(
 
 
 def _basket_metrics(
-    method: str, view: SequenceView, counts: np.ndarray, ks: Sequence[int], filter_seen: bool
+    method: str,
+    view: SequenceView,
+    counts: np.ndarray,
+    ks: Sequence[int],
+    filter_seen: bool,
+    scales: np.ndarray | None,
 ) -> BasketMetrics:
     """:class:`~seqenc.training.metrics.BasketMetrics` of one baseline, scored a block of samples at a time."""
     popularity = popularity_scores(counts)
@@ -170,7 +190,10 @@ def _basket_metrics(
     block = max(1, _BLOCK_CELLS // len(counts))
     for begin in range(0, len(view), block):
         idx = np.arange(begin, min(begin + block, len(view)))
-        scores = _block_scores(view, idx, popularity, method, filter_seen)
+        if method == "timedecay" and not filter_seen:
+            scores = torch.from_numpy(decay_scores(view, idx, scales, popularity))
+        else:  # with the filter, every baseline ranks the unseen items by popularity
+            scores = _block_scores(view, idx, popularity, method, filter_seen)
         metrics.update(scores, target_sets(view, idx), _seen(view, idx, len(counts)))
     return metrics
 
@@ -199,6 +222,28 @@ def repeat_targets(view: SequenceView) -> np.ndarray:
     return (np.bincount(sample[hit], minlength=len(view)) > 0) & (target >= N_SPECIAL)
 
 
+def fitted_scales(
+    train_view: SequenceView, counts: np.ndarray, reduce: Reduce | None = None
+) -> np.ndarray:
+    """``[len(counts)]`` the ``timedecay`` baseline's time scale per item, all fitted on
+    ``train_view`` (:mod:`seqenc.training.decay`): each item's shrunk repurchase interval times the
+    multiplier of :data:`~seqenc.training.decay.DECAY_SPANS` that ranks the training histories'
+    newest baskets best (NDCG@10; the smaller multiplier on a tie)."""
+    stats = interval_statistics(train_view, len(counts))
+    if reduce is not None:
+        stats = reduce(torch.from_numpy(stats)).numpy()
+    scales = scales_from(stats)
+    held = newest_basket_view(train_view)
+    scores = []
+    for span in DECAY_SPANS:
+        metrics = _basket_metrics("timedecay", held, counts, (10,), False, scales * span)
+        if reduce is not None:  # every process runs every span: the same collectives
+            for name, value in metrics.metric_state.items():
+                setattr(metrics, name, reduce(value))
+        scores.append(float(metrics.compute()["ndcg@10"]))
+    return scales * DECAY_SPANS[int(np.argmax(scores))]
+
+
 def baseline_metrics(
     train_view: SequenceView,
     eval_view: SequenceView,
@@ -224,11 +269,14 @@ def baseline_metrics(
     counts = item_counts(train_view, n_items)
     if reduce is not None:
         counts = reduce(torch.from_numpy(counts)).numpy()
+    scales = None
+    if eval_view.target_ends is not None:
+        scales = fitted_scales(train_view, counts, reduce)
     out = {
         f"{method}/{name}": value
         for method in baseline_names(eval_view)
         for name, value in ranking_metrics(
-            method, eval_view, counts, ks, filter_seen, reduce
+            method, eval_view, counts, ks, filter_seen, reduce, scales
         ).items()
     }
     size = torch.tensor([len(eval_view)])

@@ -18,6 +18,7 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.numeric import view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
+from seqenc.model.basket_loss import basket_nll
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
@@ -66,10 +67,8 @@ class SeqencModule(LabelHead, pl.LightningModule):
             for its catalogue part. Saved resolved.
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
             ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
-        mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective;
-            ``mask_last_prob`` of the training rows get one [MASK] on their newest event only
-            (see :func:`~seqenc.model.masking.mask_items`). Refused, unless left at their
-            defaults, with the causal objective.
+        mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
+            (:func:`~seqenc.model.masking.mask_items`); refused with the causal objective.
         next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
         contrastive_weight: weight of the entity-level contrastive loss (:mod:`seqenc.model.contrastive`:
             two random slices of each history are a positive pair, the other entities of the batch
@@ -77,19 +76,17 @@ class SeqencModule(LabelHead, pl.LightningModule):
         contrastive_temperature: InfoNCE temperature on cosine similarities.
         contrastive_min_share: the shortest slice, as a share of the history's length.
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
-        filter_seen: drop every item of the history from the ranking at evaluation, the target
-            included (a repeated target is then a miss). ``None`` = on exactly when fewer than
-            ``REPEAT_SHARE`` of the events are repeats (MovieLens-style logs, the published
-            protocol); on logs where repeats are common, ranking them is the task. Saved
-            resolved.
+        filter_seen: drop the history's items from the ranking at evaluation (a repeated target
+            is then a miss). ``None``: on when fewer than ``REPEAT_SHARE`` of the events are
+            repeats (MovieLens-style logs); where repeats are common, ranking them is the task.
+        basket_positives: with baskets, what a basket trains on: ``"one"`` item of the next basket
+            drawn per line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`).
         ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
             basket protocol, ``spec.baskets``: :class:`~seqenc.training.metrics.BasketMetrics`).
-        init_from: a bundle whose encoder weights start the training (fine-tuning a
-            self-supervised model; the CLI reads the data with its vocabularies). The architecture
-            options must give the bundle's shapes, else one line says which differs.
+        init_from: a bundle whose encoder weights start the training (the CLI reads the data with
+            its vocabularies); the architecture options must give its shapes (else one line).
         class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
-            classes weigh more, from the training labels), ``"none"``, or one weight per class
-            (:func:`~seqenc.training.label_plan.class_weights`; printed at fit time).
+            classes weigh more), ``"none"`` or one per class (:func:`~seqenc.training.label_plan.class_weights`).
         fusion: with a label table, ``"aggregates"`` adds each row's aggregates
             (:mod:`seqenc.data.label_aggregates`) to the head; or ``"none"``.
         label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
@@ -120,6 +117,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
         filter_seen: bool | None = None,
+        basket_positives: Literal["one", "all"] = "one",
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
         class_weights: ClassWeights = "auto",
@@ -197,14 +195,16 @@ class SeqencModule(LabelHead, pl.LightningModule):
     def next_item_loss(self, batch: Batch) -> torch.Tensor:
         """The objective's item-prediction loss on a training batch (mean over its targets)."""
         hp = self.hparams
-        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
-        hidden = self.encoder(inputs)
-        keep = labels >= N_SPECIAL
         weight = self.encoder.item_embedding.weight
         options = dict(hp.loss_options or {})
         if self.loss == "sampled_softmax" and self.proposal is not None:
             options.setdefault("proposal", self.proposal)
-        if self.encoder.repeat is not None:
+        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
+        hidden = self.encoder(inputs)
+        keep = labels >= N_SPECIAL
+        if self.config.baskets and hp.get("basket_positives", "one") == "all":
+            loss = basket_nll(hidden, inputs, weight, self.loss, self.encoder.repeat, **options)
+        elif self.encoder.repeat is not None:
             loss = mixture_nll(
                 self.encoder.repeat, hidden, inputs, weight, labels, self.loss, **options
             )

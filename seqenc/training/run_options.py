@@ -35,6 +35,7 @@ SHAPE_OPTIONS = (
     "query_time",
     "time_bias",
     "repeat_head",
+    "repeat_counts",
     "n_time_buckets",
     "numeric_scaling",
     "pooling",
@@ -260,6 +261,23 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _check_repeat_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
+    """Refuse, in one line, a basket or purchase-count option that cannot apply."""
+    positives = options.get("basket_positives", "one")
+    if positives not in ("one", "all"):
+        raise SeqencError(f"model.basket_positives must be 'one' or 'all', got {positives!r}")
+    if positives == "all" and not encoder.baskets:
+        raise SeqencError(
+            "model.basket_positives all trains on next baskets: it needs the basket protocol "
+            "(data.baskets true, or null on a log whose newest events share their time)"
+        )
+    if encoder.repeat_counts and not encoder.repeat_head:
+        raise SeqencError(
+            "model.encoder.repeat_counts reads the repeat head's purchases: it needs "
+            "model.encoder.repeat_head true (or null on a log with repeats)"
+        )
+
+
 def check_options(
     options: dict[str, Any], encoder: EncoderConfig, defaults: dict[str, Any]
 ) -> None:
@@ -288,6 +306,7 @@ def check_options(
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
         )
+    _check_repeat_options(options, encoder)
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     lr, decay = options["lr"], options["weight_decay"]
     if not (_real(lr) and lr >= 0 and _real(decay) and decay >= 0):
