@@ -157,7 +157,7 @@ def test_contrastive_loss_adds_infonce_on_the_readout_of_two_slices(objective):
 
 
 def test_weights_are_checked():
-    with pytest.raises(SeqencError, match="not both 0"):
+    with pytest.raises(SeqencError, match="not all 0"):
         _module(next_item_weight=0.0)
     with pytest.raises(SeqencError, match="contrastive_temperature"):
         _module(contrastive_weight=1.0, contrastive_temperature=0.0)

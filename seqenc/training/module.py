@@ -18,15 +18,11 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.numeric import view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
-from seqenc.model.basket_loss import basket_nll
 from seqenc.model.batch import N_SPECIAL, Batch
-from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.model.losses import compute_loss
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
-from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import Proposal
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
@@ -38,12 +34,13 @@ from seqenc.training.run_options import (
     resolve_loss,
     shape_mismatch,
 )
+from seqenc.training.self_supervised import SelfSupervised
 
 log = logging.getLogger(__name__)
 LabelledBatch = tuple[Batch, torch.Tensor] | list  # a batch of labelled samples and its targets
 
 
-class SeqencModule(LabelHead, pl.LightningModule):
+class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
     """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
 
     Args:
@@ -68,13 +65,17 @@ class SeqencModule(LabelHead, pl.LightningModule):
         loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
             ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
-            (:func:`~seqenc.model.masking.mask_items`); refused with the causal objective.
+            (:func:`~seqenc.model.masking.mask_items`; ``mask_prob`` also the share of values
+            withheld with ``value_weight``); refused where nothing reads them.
         next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
         contrastive_weight: weight of the entity-level contrastive loss (:mod:`seqenc.model.contrastive`:
             two random slices of each history are a positive pair, the other entities of the batch
             negatives, InfoNCE on the configured readout); 0 (the default) is off and costs nothing.
         contrastive_temperature: InfoNCE temperature on cosine similarities.
         contrastive_min_share: the shortest slice, as a share of the history's length.
+        value_weight: weight of the masked values' loss (:mod:`seqenc.model.values`: ``mask_prob``
+            of the events have their numbers withheld and predicted from the rest; needs numeric
+            features read per item); 0 (the default) is off.
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
         filter_seen: drop the history's items from the ranking at evaluation (a repeated target
             is then a miss). ``None``: on when fewer than ``REPEAT_SHARE`` of the events are
@@ -113,6 +114,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         contrastive_weight: float = 0.0,
         contrastive_temperature: float = 0.1,
         contrastive_min_share: float = 0.5,
+        value_weight: float = 0.0,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -151,6 +153,7 @@ class SeqencModule(LabelHead, pl.LightningModule):
         self.proposal: Proposal | None = None
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
+        self.add_value_head()
         if spec.labels:
             self.add_label_head(spec.labels, fusion)
         if init_from is not None:
@@ -189,35 +192,10 @@ class SeqencModule(LabelHead, pl.LightningModule):
             contrastive = self.contrastive_loss(batch)
             self.log("train/contrastive", contrastive, batch_size=len(batch))
             loss = loss + hp.contrastive_weight * contrastive
+        if hp.value_weight > 0:
+            loss = loss + hp.value_weight * self.masked_value_loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
-
-    def next_item_loss(self, batch: Batch) -> torch.Tensor:
-        """The objective's item-prediction loss on a training batch (mean over its targets)."""
-        hp = self.hparams
-        weight = self.encoder.item_embedding.weight
-        options = dict(hp.loss_options or {})
-        if self.loss == "sampled_softmax" and self.proposal is not None:
-            options.setdefault("proposal", self.proposal)
-        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
-        hidden = self.encoder(inputs)
-        keep = labels >= N_SPECIAL
-        if self.config.baskets and hp.get("basket_positives", "one") == "all":
-            loss = basket_nll(hidden, inputs, weight, self.loss, self.encoder.repeat, **options)
-        elif self.encoder.repeat is not None:
-            loss = mixture_nll(
-                self.encoder.repeat, hidden, inputs, weight, labels, self.loss, **options
-            )
-        else:
-            loss = compute_loss(self.loss, hidden[keep], weight, labels[keep], **options)
-        self.log("train/next_item", loss, batch_size=int(keep.sum()))
-        return loss
-
-    def contrastive_loss(self, batch: Batch) -> torch.Tensor:
-        """InfoNCE over two random slices of each history (:mod:`seqenc.model.contrastive`)."""
-        views = slice_views(batch, self.hparams.contrastive_min_share)
-        embeddings = self.encoder.entity_embedding(views)
-        return info_nce(embeddings, self.hparams.contrastive_temperature)
 
     def configure_optimizers(self) -> dict[str, Any]:
         # As nanoGPT: weight matrices and embedding tables are decayed, biases and norms are not.

@@ -316,12 +316,15 @@ def check_options(
     check_count(options["warmup_steps"], "model.warmup_steps", low=0)
     for k in options["ks"]:
         check_count(k, "model.ks (each a cut-off >= 1)")
-    weights = options["next_item_weight"], options["contrastive_weight"]
-    if min(weights) < 0 or (max(weights) <= 0 and not options.get("labels")):
+    weights = options["next_item_weight"], options["contrastive_weight"], options["value_weight"]
+    if (
+        not all(_real(w) for w in weights)
+        or min(weights) < 0
+        or (max(weights) <= 0 and not options.get("labels"))
+    ):
         raise SeqencError(
-            "next_item_weight and contrastive_weight must be >= 0 and not both 0 (without "
-            f"data.labels), got "
-            f"{weights[0]} and {weights[1]}"
+            "model.next_item_weight, contrastive_weight and value_weight must be numbers >= 0, "
+            f"not all 0 without data.labels, got {weights[0]}, {weights[1]} and {weights[2]}"
         )
     temperature, share = options["contrastive_temperature"], options["contrastive_min_share"]
     if weights[1] > 0 and not (temperature > 0 and 0 < share <= 1):
@@ -340,12 +343,13 @@ def ignored(option: str, value: object, why: str) -> SeqencError:
 
 def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
     """Refuse, in one line, a model option set (to other than its default, ``defaults``) that
-    the run would not read: cloze masking with the causal objective, the contrastive loss's
+    the run would not read: cloze masking with the causal objective (and no masked values), the contrastive loss's
     shape without the loss, fusion without labels."""
     masked = "and model.objective is causal"
     contrastive = "and model.contrastive_weight is 0"
+    masks = options["objective"] == "masked" or options["value_weight"] > 0
     read = {
-        "mask_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
+        "mask_prob": (masks, f"it sets the cloze masking, {masked} and model.value_weight 0"),
         "replace_rule": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
         "mask_last_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
         "contrastive_temperature": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),

@@ -1,0 +1,71 @@
+"""The self-supervised terms of :class:`~seqenc.training.module.SeqencModule`: the objective's
+next-item (or cloze) loss, the contrastive loss over slices of one history, and masked values
+(:mod:`seqenc.model.values`). Each reads a training batch and returns its mean loss."""
+
+from __future__ import annotations
+
+import torch
+
+from seqenc.errors import SeqencError
+from seqenc.model.basket_loss import basket_nll
+from seqenc.model.batch import N_SPECIAL, Batch
+from seqenc.model.contrastive import info_nce, slice_views
+from seqenc.model.embeddings import signed_log
+from seqenc.model.losses import compute_loss
+from seqenc.model.repeat import mixture_nll
+from seqenc.model.values import ValueHead, hide_values, value_loss
+
+
+class SelfSupervised:
+    """Mixed into the LightningModule (``self.encoder``, ``self.objective``, ``self.hparams``,
+    ``self.log`` are the module's)."""
+
+    def add_value_head(self) -> None:
+        """The masked values' head (with ``value_weight > 0``): it needs numeric features read
+        per item, whose statistics give each value its standardised units (else one line)."""
+        self.value_head = None
+        if self.hparams.get("value_weight", 0.0) <= 0:
+            return
+        if not self.config.n_numeric or self.config.numeric_scaling != "per_item":
+            raise SeqencError(
+                "model.value_weight needs numeric features (data.schema.numeric) read per item "
+                "(model.encoder.numeric_scaling: per_item), so each value has its item's units"
+            )
+        self.value_head = ValueHead(self.config.d_model, self.config.n_numeric)
+
+    def next_item_loss(self, batch: Batch) -> torch.Tensor:
+        """The objective's item-prediction loss on a training batch (mean over its targets)."""
+        hp = self.hparams
+        weight = self.encoder.item_embedding.weight
+        options = dict(hp.loss_options or {})
+        if self.loss == "sampled_softmax" and self.proposal is not None:
+            options.setdefault("proposal", self.proposal)
+        inputs, labels = self.objective.training_pair(batch, self.config.n_items)
+        hidden = self.encoder(inputs)
+        keep = labels >= N_SPECIAL
+        if self.config.baskets and hp.get("basket_positives", "one") == "all":
+            loss = basket_nll(hidden, inputs, weight, self.loss, self.encoder.repeat, **options)
+        elif self.encoder.repeat is not None:
+            loss = mixture_nll(
+                self.encoder.repeat, hidden, inputs, weight, labels, self.loss, **options
+            )
+        else:
+            loss = compute_loss(self.loss, hidden[keep], weight, labels[keep], **options)
+        self.log("train/next_item", loss, batch_size=int(keep.sum()))
+        return loss
+
+    def contrastive_loss(self, batch: Batch) -> torch.Tensor:
+        """InfoNCE over two random slices of each history (:mod:`seqenc.model.contrastive`)."""
+        views = slice_views(batch, self.hparams.contrastive_min_share)
+        embeddings = self.encoder.entity_embedding(views)
+        return info_nce(embeddings, self.hparams.contrastive_temperature)
+
+    def masked_value_loss(self, batch: Batch) -> torch.Tensor:
+        """Squared error of the withheld values (``mask_prob`` of the events), predicted from
+        each one's state in its item's standardised units (:mod:`seqenc.model.values`)."""
+        embed = self.encoder.embed
+        inputs, hidden = hide_values(batch, self.hparams.mask_prob, embed.numeric_center)
+        target = embed.standardised(signed_log(batch.numeric), batch.items)
+        loss = value_loss(self.value_head(self.encoder(inputs)), target, hidden)
+        self.log("train/values", loss, batch_size=int(hidden.sum()))
+        return loss
