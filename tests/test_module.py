@@ -171,7 +171,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "class_weights": ("auto", "none"), "label_steps": (None, 10),
         "time_values": (None, False), "item_values": (None, False),
         "group_times": (False, True), "event_dropout": (0.0, 0.1),
-        "fusion": ("none", "aggregates"),
+        "fusion": ("none", "aggregates"), "value_weight": (0.0, 1.0),
     }  # fmt: skip
     options = [
         p
@@ -208,6 +208,8 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
                 where = {**where, "contrastive_weight": 1.0}
             if name == "numeric_scaling":  # per_item needs numeric columns
                 where = {**where, "spec": numeric}
+            if name == "value_weight":  # masked values need numbers read per item
+                where = {**where, "spec": numeric, "numeric_scaling": "per_item"}
             where = {**where, "repeat_head": True} if name == "repeat_counts" else where
             a, b = ({**where, name: value} for value in values[name])
             if shapes(**a) != shapes(**b):

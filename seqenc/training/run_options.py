@@ -43,6 +43,7 @@ SHAPE_OPTIONS = (
     "item_values",
     "objective",  # the module's: the entity model (masked) reads time values
     "fusion",  # the module's: a fused label head has the aggregates' weights
+    "value_weight",  # the module's: the masked values' head
 )
 ENCODER_FIELDS = frozenset(f.name for f in fields(EncoderConfig))
 
