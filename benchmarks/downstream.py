@@ -14,7 +14,9 @@ Fold by fold (``--folds``), e.g. one process per fold, then one table::
 
 scores each fold of the probes' 5 stratified folds on its own: the probes (aggregates, and with
 ``--bundles`` the bundle's embeddings and both; linear and trees), with ``--finetune`` a
-fine-tuned model (``scratch``, or ``init`` from the bundle) trained on the other folds' labels, and
+fine-tuned model (``scratch``; ``init`` from the bundle; ``pretrained`` from a self-supervised
+start trained first with ``configs/entity_pretrain.yaml`` on every event of the log, no label,
+its embeddings probed too) trained on the other folds' labels, and
 on the ICU stays a reference GRU on hourly bins (``benchmarks/hourly_gru.py``): per fold, mean ±
 std and the paired differences from the aggregates' linear probe.
 
@@ -41,13 +43,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +74,7 @@ from seqenc.evaluate import (
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"
 FINETUNE_CONFIG = "configs/finetune.yaml"
+PRETRAIN_CONFIG = "configs/entity_pretrain.yaml"  # the entity model's self-supervised start
 NEXT_EVENT_ROWS = ("model", "baseline/popularity", "baseline/repeat")
 NEXT_EVENT_COLUMNS = ("hr@1", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
 
@@ -373,7 +377,7 @@ def finetune_fold(
     layers: tuple[str, ...] = (FINETUNE_CONFIG,)
     if run.bundle is not None:
         extra += ["--model.init_from", str(run.bundle)]
-        layers = (FEATURES_CONFIG, FINETUNE_CONFIG)
+        layers = (*run.layers, FINETUNE_CONFIG)
     tuned, wall, _ = fit(
         run.config, run.seed, run.events, run.work, [*run.extra, *extra], layers=layers
     )
@@ -428,7 +432,8 @@ def entity_subset(labels: pd.DataFrame, entity: str, n: int | None) -> pd.DataFr
 class FitRun:
     """What a fine-tune of one seed needs: the data config, the seed and its self-supervised
     bundle (``None``: from scratch), the event log read up to each label's cut-off, the work
-    folder and fit overrides."""
+    folder, fit overrides and the configs the bundle was trained with (layered again under
+    ``configs/finetune.yaml``, so the shapes match)."""
 
     config: str
     seed: int
@@ -436,6 +441,30 @@ class FitRun:
     events: Path
     work: Path
     extra: list[str]
+    layers: tuple[str, ...] = (FEATURES_CONFIG,)
+
+
+def pretrained(run: FitRun, train: Path, options: list[str]) -> FitRun:
+    """The fold mode's self-supervised start, as the docs' first command: the data config with
+    ``configs/entity_pretrain.yaml`` on every event of ``train`` (no label; ``options``: the data
+    set's schema), trained once per seed and configuration in the work folder (its bundle's path
+    kept in ``pretrained-*.txt``) and reused by later folds; fine-tuned with the lower learning
+    rate ``configs/finetune.yaml`` names for a start from a bundle."""
+    key = hashlib.sha256(
+        "\n".join([(ROOT / PRETRAIN_CONFIG).read_text(), run.config, *options]).encode()
+    ).hexdigest()[:10]
+    note = run.work / f"pretrained-seed{run.seed}-{key}.txt"
+    if note.exists() and Path(note.read_text()).exists():
+        bundle = Path(note.read_text())
+        print(f"self-supervised start (trained before): {bundle}", flush=True)
+    else:
+        bundle, wall, _ = fit(
+            run.config, run.seed, train, run.work, options, layers=(PRETRAIN_CONFIG,)
+        )
+        write_text(note, str(bundle))
+        print(f"self-supervised start trained in {wall:.0f} s: {bundle}", flush=True)
+    extra = [*run.extra, "--model.lr", "0.0003"]
+    return replace(run, bundle=bundle, layers=(PRETRAIN_CONFIG,), extra=extra)
 
 
 def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dict]:
@@ -578,10 +607,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--finetune",
-        choices=("scratch", "init"),
+        choices=("scratch", "init", "pretrained"),
         default=None,
-        help="fold mode: also a fine-tuned model per fold, from scratch or from the first of "
-        "--bundles (--model.init_from)",
+        help="fold mode: also a fine-tuned model per fold, from scratch, from the first of "
+        "--bundles (--model.init_from), or pretrained: from a self-supervised start trained "
+        "here with configs/entity_pretrain.yaml (its embeddings probed too)",
     )
     parser.add_argument(
         "--no-gru", action="store_true", help="fold mode: skip the reference GRU (ICU stays)"
@@ -624,6 +654,8 @@ def main() -> None:
         config = args.config or dataset.config
         fits = FitRun(config, args.seeds[0] if args.seeds else 0, None, work / dataset.events,
                       work, args.extra)  # fmt: skip
+        if args.finetune == "pretrained":
+            fits = pretrained(fits, work / dataset.train, dataset.fit_options)
         raw = fold_scores(args, dataset, plan, events, labels, aggregates, fits)
         folds = "".join(str(k) for k in args.folds)
         return write_folds(raw, dataset, f"{name}-fold{folds}", args.output, start)
@@ -752,7 +784,7 @@ def fold_scores(
     bins, ICU stays); ``finetuned/scratch`` or ``finetuned/init`` (``--finetune``)."""
     on = dataset.on
     sets = {"aggregates": aggregates}
-    bundle = Path(args.bundles[0]).resolve() if args.bundles else None
+    bundle = Path(args.bundles[0]).resolve() if args.bundles else fits.bundle
     if bundle is not None:
         embeddings = embed_at(load_encoder(bundle, "cpu"), events, labels[on].drop_duplicates())
         sets |= {"embeddings": embeddings, "both": aggregates.merge(embeddings, on=on)}

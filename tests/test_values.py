@@ -96,3 +96,10 @@ def test_options_are_checked():
         _module(objective="causal", mask_prob=0.5)
     causal = _module(objective="causal", mask_prob=0.5, value_weight=1.0)  # withholds a half
     assert causal.value_head is not None
+
+
+def test_auto_weight_is_on_where_numbers_are_read_per_item():
+    assert _module(value_weight=None).hparams.value_weight == 1.0
+    glob = EncoderConfig(d_model=8, n_heads=2, numeric_scaling="global")
+    off = _module(value_weight=None, encoder=glob)
+    assert off.hparams.value_weight == 0.0 and off.value_head is None

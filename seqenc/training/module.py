@@ -75,7 +75,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         contrastive_min_share: the shortest slice, as a share of the history's length.
         value_weight: weight of the masked values' loss (:mod:`seqenc.model.values`: ``mask_prob``
             of the events have their numbers withheld and predicted from the rest; needs numeric
-            features read per item); 0 (the default) is off.
+            features read per item); 0 (the default) is off; ``None``: 1 where the events carry
+            numbers read per item, else 0 (printed at fit time, saved resolved).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
         filter_seen: drop the history's items from the ranking at evaluation (a repeated target
             is then a miss). ``None``: on when fewer than ``REPEAT_SHARE`` of the events are
@@ -114,7 +115,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         contrastive_weight: float = 0.0,
         contrastive_temperature: float = 0.1,
         contrastive_min_share: float = 0.5,
-        value_weight: float = 0.0,
+        value_weight: float | None = 0.0,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
@@ -138,6 +139,9 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
             encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
         self.config = resolve_encoder(encoder, spec, self.objective)
+        if value_weight is None:  # auto: on where the events carry numbers read per item
+            per_item = self.config.n_numeric and self.config.numeric_scaling == "per_item"
+            self.hparams.value_weight = 1.0 if per_item else 0.0
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         defaults = inspect.signature(SeqencModule.__init__).parameters
@@ -361,6 +365,11 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        if self.value_head is not None:
+            rank_zero_info(
+                f"masked values: weight {self.hparams.value_weight} (a share model.mask_prob of "
+                "the events' numbers withheld and predicted)"
+            )
         self._set_numeric_statistics()
         if self.encoder.head is not None:
             self._prepare_labels()
