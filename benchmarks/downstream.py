@@ -463,7 +463,7 @@ def pretrained(run: FitRun, train: Path, options: list[str]) -> FitRun:
         )
         write_text(note, str(bundle))
         print(f"self-supervised start trained in {wall:.0f} s: {bundle}", flush=True)
-    extra = [*run.extra, "--model.lr", "0.0003"]
+    extra = ["--model.lr", "0.0003", *run.extra]  # an --model.lr after -- still wins
     return replace(run, bundle=bundle, layers=(PRETRAIN_CONFIG,), extra=extra)
 
 
