@@ -32,6 +32,7 @@ from seqenc.training.run_options import (
     check_options,
     resolve_encoder,
     resolve_loss,
+    resolve_value_weight,
     shape_mismatch,
 )
 from seqenc.training.self_supervised import SelfSupervised
@@ -139,9 +140,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
             encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
         self.config = resolve_encoder(encoder, spec, self.objective)
-        if value_weight is None:  # auto: on where the events carry numbers read per item
-            per_item = self.config.n_numeric and self.config.numeric_scaling == "per_item"
-            self.hparams.value_weight = 1.0 if per_item else 0.0
+        self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         defaults = inspect.signature(SeqencModule.__init__).parameters
@@ -153,8 +152,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             encoder=asdict(self.config), filter_seen=self.filter_seen, loss=self.loss
         )
         self.encoder = SequenceEncoder(self.config)
-        # the sampled term's negatives: the training item frequency, from on_fit_start
-        self.proposal: Proposal | None = None
+        self.proposal: Proposal | None = None  # the sampled term's negatives, at fit start
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         self.add_value_head()
