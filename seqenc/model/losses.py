@@ -7,7 +7,8 @@ candidates: the softmax runs over the real items ``weight[3:]`` only.
 
 - ``ce``: exact full softmax, fused with the output matmul and chunked over rows so the ``[N, n_items]``
   logit matrix never exists at once (gradients are computed during the forward pass).
-- ``sampled_softmax``: K negatives shared by the batch (half its targets, half the item frequency),
+- ``sampled_softmax``: each row's own window items scored exactly, the rest of the catalogue
+  estimated from K candidates shared by the batch (half its targets, half the item frequency),
   logQ-corrected, with sparse gradients for the item table: its cost does not grow with the
   catalogue. :func:`target_log_softmax` gives either catalogue term per row (the repeat head's mixture).
 - ``bce``: SASRec's binary cross-entropy with one uniform negative per position.
@@ -218,12 +219,18 @@ def sampled_softmax(
     sampler: str = "mixed",
     generator: torch.Generator | None = None,
     proposal: Proposal | None = None,
+    own_items: bool = True,
+    groups: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
-    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`)."""
+    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`);
+    ``groups`` index the kept rows (those with a real target, in order)."""
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    return -sampled_log_softmax(h, weight, t, n_negatives, sampler, generator, proposal).mean()
+    estimate = sampled_log_softmax(
+        h, weight, t, n_negatives, sampler, generator, proposal, own_items, groups
+    )
+    return -estimate.mean()
 
 
 def target_log_softmax(
@@ -235,7 +242,11 @@ def target_log_softmax(
         exact = (hidden * weight[targets]).sum(-1).float()
         return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
-        accepted = {"n_negatives", "sampler", "generator", "proposal"}
+        accepted = set(inspect.signature(sampled_log_softmax).parameters) - {
+            "hidden",
+            "weight",
+            "targets",
+        }
         if set(opts) - accepted:
             raise SeqencError(
                 f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "

@@ -85,6 +85,46 @@ def sample_candidates(
     return candidates, count.log()
 
 
+def own_scores(
+    hidden: Tensor, weight: Tensor, groups: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(scores, items, first)``: each row's exact scores ``[N, M]`` of its group's items, the
+    group's items sorted ``[G, M]`` and ``first`` ``[G, M]``, true on each real item's first copy
+    (every other score is ``-inf``: an item counts once in the normaliser).
+
+    ``groups = (group, items)``: ``group [N]`` the group of each row, ``items [G, M]`` the item ids
+    of each group's window (ids below N_SPECIAL are padding). The rows of a group are laid out
+    ``[G, R, d]`` and scored in one batched matmul, never as ``[N, M, d]`` gathered vectors.
+    """
+    group, items = groups
+    items = items.sort(dim=1).values
+    first = items >= N_SPECIAL
+    first[:, 1:] &= items[:, 1:] != items[:, :-1]
+    counts = torch.bincount(group, minlength=len(items))
+    order = torch.argsort(group, stable=True)
+    place = torch.empty_like(group)
+    place[order] = (
+        torch.arange(len(group), device=group.device) - (counts.cumsum(0) - counts)[group[order]]
+    )
+    rows = hidden.new_zeros(len(items), int(counts.max()), hidden.shape[1])
+    rows = rows.index_put((group, place), hidden)
+    vectors = F.embedding(items, weight, sparse=True)  # [G, M, d]
+    scores = torch.bmm(rows, vectors.transpose(1, 2))[group, place].float()
+    return scores.masked_fill(~first[group], float("-inf")), items, first
+
+
+def window_groups(items: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """The ``groups`` of :func:`sampled_log_softmax` for the kept rows (``labels >= N_SPECIAL``,
+    in order) of a ``[B, L]`` batch: each row's sequence, whose window is its items and targets."""
+    return (labels >= N_SPECIAL).nonzero()[:, 0], torch.cat([items, labels.clamp(min=0)], dim=1)
+
+
+def _in_groups(candidates: Tensor, items: Tensor, first: Tensor, n_items: int) -> Tensor:
+    """``[G, K]``: whether each shared candidate is among each group's items."""
+    offsets = torch.arange(len(items), device=items.device)[:, None] * n_items
+    return torch.isin(offsets + candidates[None, :], (offsets + items)[first])
+
+
 def sampled_log_softmax(
     hidden: Tensor,
     weight: Tensor,
@@ -93,10 +133,18 @@ def sampled_log_softmax(
     sampler: str = "mixed",
     generator: torch.Generator | None = None,
     proposal: Proposal | None = None,
+    own_items: bool = True,
+    groups: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
-    """``[N]`` float32 estimate of each row's ``log softmax(hidden @ weight[3:].T)`` at its target:
-    the exact target logit against ``log(e^{s+} + sum_j e^{s_j} / E[count_j])`` over the shared
-    candidates j (:func:`sample_candidates`), a candidate equal to the row's target dropped.
+    """``[N]`` float32 estimate of each row's ``log softmax(hidden @ weight[3:].T)`` at its target.
+
+    The normaliser is split in two: the items of the row's own window (``groups``, see
+    :func:`own_scores`; used when ``own_items``), summed exactly, and the rest of the catalogue,
+    estimated from shared candidates j (:func:`sample_candidates`) as ``sum_j e^{s_j} /
+    E[count_j]`` over the candidates outside the row's window (and other than its target). Each
+    item is counted once in expectation, so the split keeps the logQ estimate unbiased while the
+    items a row is most likely to confuse with its target (its history, which the repeat head
+    copies from) are never left to chance. Without ``groups`` only the target is exact.
 
     Rows must be kept rows (targets >= N_SPECIAL). Item vectors are gathered with sparse
     gradients, so a step's update of the item table touches only the rows it read.
@@ -106,5 +154,13 @@ def sampled_log_softmax(
     )
     positive = (hidden * F.embedding(targets, weight, sparse=True)).sum(-1).float()
     negative = (hidden @ F.embedding(candidates, weight, sparse=True).T).float() - log_count
-    negative = negative.masked_fill(candidates[None, :] == targets[:, None], float("-inf"))
-    return positive - torch.logaddexp(positive, torch.logsumexp(negative, dim=1))
+    outside = candidates[None, :] == targets[:, None]
+    terms = [positive[:, None]]
+    if own_items and groups is not None:
+        scores, items, first = own_scores(hidden, weight, groups)
+        group = groups[0]
+        outside = outside | _in_groups(candidates, items, first, weight.shape[0])[group]
+        has_target = ((items[group] == targets[:, None]) & first[group]).any(1)
+        terms = [positive.masked_fill(has_target, float("-inf"))[:, None], scores]
+    negative = negative.masked_fill(outside, float("-inf"))
+    return positive - torch.logsumexp(torch.cat([*terms, negative], dim=1), dim=1)

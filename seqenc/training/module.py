@@ -27,7 +27,7 @@ from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import mixture_nll
-from seqenc.model.sampled import Proposal
+from seqenc.model.sampled import Proposal, window_groups
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
@@ -59,14 +59,12 @@ class SeqencModule(LabelHead, pl.LightningModule):
             ``REPEAT_SHARE`` of the events repeat an earlier item of their entity
             (``spec.repeat_share``). :attr:`config` holds the resolved configuration, and so do
             the saved hyper-parameters.
-        loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (shared
-            sampled candidates, logQ-corrected; cost independent of the catalogue), ``"bce"`` or
-            ``"gbce"``. ``"auto"`` (the default): full softmax below ``SAMPLED_FROM_ITEMS`` real
-            items, sampled softmax from there (:func:`~seqenc.training.run_options.resolve_loss`; the fit
-            prints the choice). The repeat head's mixture takes ``"ce"`` or ``"sampled_softmax"``
-            for its catalogue part. Saved resolved.
-        loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
-            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
+        loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (each row's
+            window exact, the rest from shared candidates: :mod:`seqenc.model.sampled`), ``"bce"``,
+            ``"gbce"``; ``"auto"`` (the default) by the catalogue's size, printed at fit
+            (:func:`~seqenc.training.run_options.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
+        loss_options: keyword arguments of the loss, e.g. ``{"n_negatives": 4096}`` (see
+            :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
             (:func:`~seqenc.model.masking.mask_items`); refused with the causal objective.
         next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
@@ -202,7 +200,10 @@ class SeqencModule(LabelHead, pl.LightningModule):
         inputs, labels = self.objective.training_pair(batch, self.config.n_items)
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
-        if self.config.baskets and hp.get("basket_positives", "one") == "all":
+        all_positives = self.config.baskets and hp.get("basket_positives", "one") == "all"
+        if self.loss == "sampled_softmax" and not all_positives:  # each row's window: exact
+            options["groups"] = window_groups(inputs.items, labels)
+        if all_positives:
             loss = basket_nll(hidden, inputs, weight, self.loss, self.encoder.repeat, **options)
         elif self.encoder.repeat is not None:
             loss = mixture_nll(

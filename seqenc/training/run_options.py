@@ -224,7 +224,8 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
     """Refuse, in one line, ``model.loss_options`` the loss does not take or cannot use: a count
     is a whole number from 1, negatives at most the catalogue's items (the other items for the
     binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` a
-    number in [0, 1] (``generator`` and ``proposal`` are the run's own)."""
+    number in [0, 1], ``own_items`` true or false (``generator``, ``proposal`` and ``groups`` are the
+    run's own)."""
     if loss not in LOSSES:
         raise SeqencError(f"model.loss must be auto or one of {sorted(LOSSES)}, got {loss!r}")
     if given is None:
@@ -232,11 +233,12 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
     if not isinstance(given, dict):
         raise SeqencError(f"model.loss_options must be a mapping, got {given!r}")
     taken = set(inspect.signature(LOSSES[loss]).parameters) - {"hidden", "weight", "targets"}
-    unknown = sorted(set(given) - (taken - {"generator", "proposal"}))
+    taken -= {"generator", "proposal", "groups"}  # the run's own
+    unknown = sorted(set(given) - taken)
     if unknown:
         raise SeqencError(
             f"model.loss_options {unknown} are not options of loss {loss!r}; it takes "
-            f"{sorted(taken - {'generator', 'proposal'})}"
+            f"{sorted(taken)}"
         )
     most = {"n_negatives": n_real_items - (loss != "sampled_softmax"), "chunk_size": None}
     for name, value in given.items():
@@ -250,6 +252,8 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
                 )
         elif name == "sampler" and value not in SAMPLERS:
             raise SeqencError(f"{where} must be one of {SAMPLERS}, got {value!r}")
+        elif name == "own_items" and not isinstance(value, bool):
+            raise SeqencError(f"{where} must be true or false, got {value!r}")
         elif name == "t" and not (_real(value) and 0 <= value <= 1):
             raise SeqencError(f"{where} must be a number in [0, 1], got {value!r}")
         elif name == "matmul_dtype" and value is not None and value not in MATMUL_DTYPES:
