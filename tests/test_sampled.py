@@ -9,7 +9,13 @@ import torch
 
 from seqenc.errors import SeqencError
 from seqenc.model.losses import sampled_softmax, target_log_softmax
-from seqenc.model.sampled import Proposal, own_scores, sample_candidates, sampled_log_softmax
+from seqenc.model.sampled import (
+    Proposal,
+    distinct_items,
+    own_scores,
+    sample_candidates,
+    sampled_log_softmax,
+)
 from seqenc.training.run_options import check_loss_options
 
 N_SPECIAL = 3
@@ -134,15 +140,17 @@ def test_accidental_hits_are_masked_without_windows():
 
 
 def test_own_scores_count_each_window_item_once():
-    hidden, weight, _, groups = make_case()
-    scores, items, first = own_scores(hidden, weight, groups)
-    assert first.sum(1).tolist() == [3, 4, 5]  # distinct real items per window
-    naive = hidden @ weight[items].transpose(1, 2)  # [G, N, M]: every row against every window
-    rows = torch.arange(len(hidden))
-    torch.testing.assert_close(
-        scores[first[groups[0]]], naive[groups[0], rows][first[groups[0]]], rtol=1e-5, atol=1e-6
-    )
-    assert torch.isinf(scores[~first[groups[0]]]).all()
+    hidden, weight, _, (group, items) = make_case()
+    assert distinct_items(items).tolist() == [
+        [5, 7, 9, 0, 0],
+        [4, 8, 11, 15, 0],
+        [3, 6, 20, 21, 22],
+    ]
+    scores, distinct = own_scores(hidden, weight, (group, items))
+    naive = (hidden[:, None, :] * weight[distinct[group]]).sum(-1)  # [N, M], row by row
+    real = distinct[group] >= N_SPECIAL
+    torch.testing.assert_close(scores[real], naive[real], rtol=1e-5, atol=1e-6)
+    assert torch.isinf(scores[~real]).all()
 
 
 def test_the_option_through_the_loss_and_its_check():

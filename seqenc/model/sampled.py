@@ -85,21 +85,28 @@ def sample_candidates(
     return candidates, count.log()
 
 
-def own_scores(
-    hidden: Tensor, weight: Tensor, groups: tuple[Tensor, Tensor]
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(scores, items, first)``: each row's exact scores ``[N, M]`` of its group's items, the
-    group's items sorted ``[G, M]`` and ``first`` ``[G, M]``, true on each real item's first copy
-    (every other score is ``-inf``: an item counts once in the normaliser).
-
-    ``groups = (group, items)``: ``group [N]`` the group of each row, ``items [G, M]`` the item ids
-    of each group's window (ids below N_SPECIAL are padding). The rows of a group are laid out
-    ``[G, R, d]`` and scored in one batched matmul, never as ``[N, M, d]`` gathered vectors.
-    """
-    group, items = groups
+def distinct_items(items: Tensor) -> Tensor:
+    """``[G, M]``: each row's distinct real items (ids >= N_SPECIAL; ids below are padding) in
+    ascending order, then padding (0); ``M`` the most any row holds."""
     items = items.sort(dim=1).values
     first = items >= N_SPECIAL
     first[:, 1:] &= items[:, 1:] != items[:, :-1]
+    width = max(int(first.sum(1).max()), 1)
+    front = torch.argsort((~first).to(torch.uint8), dim=1, stable=True)[:, :width]
+    return items.gather(1, front).where(first.gather(1, front), 0)
+
+
+def own_scores(
+    hidden: Tensor, weight: Tensor, groups: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """``(scores, items)``: each row's exact scores ``[N, M]`` of its group's distinct items
+    ``[G, M]`` (:func:`distinct_items`; ``-inf`` on padding: an item counts once).
+
+    ``groups = (group, items)``: ``group [N]`` the group of each row, ``items [G, W]`` the item ids
+    of each group's window (ids below N_SPECIAL are padding). The rows of a group are laid out
+    ``[G, R, d]`` and scored in one batched matmul, never as ``[N, M, d]`` gathered vectors.
+    """
+    group, items = groups[0], distinct_items(groups[1])
     counts = torch.bincount(group, minlength=len(items))
     order = torch.argsort(group, stable=True)
     place = torch.empty_like(group)
@@ -110,7 +117,7 @@ def own_scores(
     rows = rows.index_put((group, place), hidden)
     vectors = F.embedding(items, weight, sparse=True)  # [G, M, d]
     scores = torch.bmm(rows, vectors.transpose(1, 2))[group, place].float()
-    return scores.masked_fill(~first[group], float("-inf")), items, first
+    return scores.masked_fill(items[group] < N_SPECIAL, float("-inf")), items
 
 
 def window_groups(items: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -119,10 +126,10 @@ def window_groups(items: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     return (labels >= N_SPECIAL).nonzero()[:, 0], torch.cat([items, labels.clamp(min=0)], dim=1)
 
 
-def _in_groups(candidates: Tensor, items: Tensor, first: Tensor, n_items: int) -> Tensor:
-    """``[G, K]``: whether each shared candidate is among each group's items."""
+def _in_groups(candidates: Tensor, items: Tensor, n_items: int) -> Tensor:
+    """``[G, K]``: whether each shared candidate is among each group's items (padding aside)."""
     offsets = torch.arange(len(items), device=items.device)[:, None] * n_items
-    return torch.isin(offsets + candidates[None, :], (offsets + items)[first])
+    return torch.isin(offsets + candidates[None, :], (offsets + items)[items >= N_SPECIAL])
 
 
 def sampled_log_softmax(
@@ -157,10 +164,10 @@ def sampled_log_softmax(
     outside = candidates[None, :] == targets[:, None]
     terms = [positive[:, None]]
     if own_items and groups is not None:
-        scores, items, first = own_scores(hidden, weight, groups)
+        scores, items = own_scores(hidden, weight, groups)
         group = groups[0]
-        outside = outside | _in_groups(candidates, items, first, weight.shape[0])[group]
-        has_target = ((items[group] == targets[:, None]) & first[group]).any(1)
+        outside = outside | _in_groups(candidates, items, weight.shape[0])[group]
+        has_target = (items[group] == targets[:, None]).any(1)
         terms = [positive.masked_fill(has_target, float("-inf"))[:, None], scores]
     negative = negative.masked_fill(outside, float("-inf"))
     return positive - torch.logsumexp(torch.cat([*terms, negative], dim=1), dim=1)
