@@ -12,6 +12,7 @@ from seqenc.model.losses import sampled_softmax, target_log_softmax
 from seqenc.model.sampled import (
     Proposal,
     distinct_items,
+    hits,
     own_scores,
     sample_candidates,
     sampled_log_softmax,
@@ -168,3 +169,32 @@ def test_the_option_through_the_loss_and_its_check():
         check_loss_options("sampled_softmax", {"own_items": "yes"}, 20)
     with pytest.raises(SeqencError, match=r"\['groups'\] are not options"):
         check_loss_options("sampled_softmax", {"groups": 1}, 20)
+
+
+def test_hits_are_the_pairs_a_dense_comparison_finds():
+    gen = torch.Generator().manual_seed(2)
+    candidates = torch.randint(N_SPECIAL, 40, (64,), generator=gen)
+    items = torch.randint(0, 40, (5, 9), generator=gen)  # ids below N_SPECIAL: padding
+    group = torch.randint(0, 5, (30,), generator=gen)
+    rows, cols = hits(candidates, group, distinct_items(items))  # distinct: each pair once
+    dense = (items[group][:, :, None] == candidates[None, None, :]).any(1)
+    found = torch.zeros_like(dense)
+    found[rows, cols] = True
+    assert torch.equal(found, dense) and len(rows) == int(dense.sum())
+
+
+def test_large_logits_take_the_shifted_path():
+    """Logits beyond exp's float32 range: the row maximum is subtracted, values and gradients
+    stay those of the float64 reference."""
+    hidden, weight, targets, groups = make_case()
+    big = (hidden.detach() * 40).requires_grad_()
+    estimate = sampled_log_softmax(
+        big, weight, targets, 16, "mixed", torch.Generator().manual_seed(5), groups=groups
+    )
+    candidates, log_count = sample_candidates(
+        targets, N_ITEMS, 16, "mixed", torch.Generator().manual_seed(5)
+    )
+    expected = reference(big, weight, targets, groups, candidates, log_count)
+    torch.testing.assert_close(estimate.double(), expected, rtol=1e-4, atol=1e-3)
+    estimate.sum().backward()
+    assert torch.isfinite(big.grad).all()

@@ -3,11 +3,13 @@ of each row's log-softmax at its target. Its cost depends on the candidates, not
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.linalg import vector_norm
 
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
@@ -96,6 +98,23 @@ def distinct_items(items: Tensor) -> Tensor:
     return items.gather(1, front).where(first.gather(1, front), 0)
 
 
+def _segments(counts: Tensor) -> tuple[Tensor, Tensor]:
+    """``(segment, place)`` of every element of segments of sizes ``counts``, laid end to end."""
+    segment = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+    place = torch.arange(len(segment), device=counts.device) - (counts.cumsum(0) - counts)[segment]
+    return segment, place
+
+
+def _by_group(group: Tensor, n_groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(order, counts, place)``: the rows sorted by group (stable), each group's number of rows
+    and each row's place among its group's rows."""
+    order = torch.argsort(group, stable=True)
+    counts = torch.bincount(group, minlength=n_groups)
+    place = torch.empty_like(group)
+    place[order] = _segments(counts)[1]
+    return order, counts, place
+
+
 def own_scores(
     hidden: Tensor, weight: Tensor, groups: tuple[Tensor, Tensor]
 ) -> tuple[Tensor, Tensor]:
@@ -107,12 +126,7 @@ def own_scores(
     ``[G, R, d]`` and scored in one batched matmul, never as ``[N, M, d]`` gathered vectors.
     """
     group, items = groups[0], distinct_items(groups[1])
-    counts = torch.bincount(group, minlength=len(items))
-    order = torch.argsort(group, stable=True)
-    place = torch.empty_like(group)
-    place[order] = (
-        torch.arange(len(group), device=group.device) - (counts.cumsum(0) - counts)[group[order]]
-    )
+    _, counts, place = _by_group(group, len(items))
     rows = hidden.new_zeros(len(items), int(counts.max()), hidden.shape[1])
     rows = rows.index_put((group, place), hidden)
     vectors = F.embedding(items, weight, sparse=True)  # [G, M, d]
@@ -126,10 +140,53 @@ def window_groups(items: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     return (labels >= N_SPECIAL).nonzero()[:, 0], torch.cat([items, labels.clamp(min=0)], dim=1)
 
 
-def _in_groups(candidates: Tensor, items: Tensor, n_items: int) -> Tensor:
-    """``[G, K]``: whether each shared candidate is among each group's items (padding aside)."""
-    offsets = torch.arange(len(items), device=items.device)[:, None] * n_items
-    return torch.isin(offsets + candidates[None, :], (offsets + items)[items >= N_SPECIAL])
+def hits(candidates: Tensor, group: Tensor, items: Tensor) -> tuple[Tensor, Tensor]:
+    """``(rows, cols)``: every (row, candidate) pair whose candidate is among the items of the
+    row's group (``items [G, M]``, padding below N_SPECIAL). Found by binary search in the sorted
+    candidates, so the cost grows with the pairs, never with rows x candidates."""
+    values, perm = candidates.sort()
+    low = torch.searchsorted(values, items)
+    found = (torch.searchsorted(values, items, right=True) - low) * (items >= N_SPECIAL)
+    entry, k = _segments(found.flatten())  # entry: a flat (group, item) index
+    pair_group, pair_col = entry // items.shape[1], perm[low.flatten()[entry] + k]
+    order, counts, _ = _by_group(group, len(items))
+    pair, place = _segments(counts[pair_group])
+    starts = counts.cumsum(0) - counts
+    return order[starts[pair_group[pair]] + place], pair_col[pair]
+
+
+class _SharedLogSumExp(torch.autograd.Function):
+    """Each row's ``logsumexp`` of ``hidden @ vectors.T - log_count`` with the pairs ``(rows,
+    cols)`` left out: three passes over the ``[N, K]`` logits (the matmul, the logQ shift, ``exp``
+    in place and its row sums), whose exponentials are kept for the two matmuls of the backward
+    pass. ``-inf`` (gradient 0) for a row whose every candidate is left out."""
+
+    @staticmethod
+    def forward(ctx, hidden, vectors, log_count, rows, cols):
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, v = hidden.float(), vectors.float()
+            logits = (h @ v.T).sub_(log_count)
+            logits.index_put_((rows, cols), torch.tensor(float("-inf"), device=h.device))
+            # |logit| <= |h| |v| + |log_count|: below 80 - ln(K), exp neither overflows nor
+            # underflows in float32 and no max is subtracted (as in the exact term)
+            bound = vector_norm(h, dim=1).max() * vector_norm(v, dim=1).max()
+            shift = torch.zeros(len(h), 1, device=h.device)
+            if bool(bound + log_count.abs().max() > 80.0 - math.log(max(len(v), 1))):
+                shift = logits.amax(1, keepdim=True).nan_to_num(0.0, 0.0, 0.0)
+                logits.sub_(shift)
+            exp = logits.exp_()
+            sums = exp.sum(1)
+        ctx.save_for_backward(h, v, exp, sums)
+        ctx.dtypes = hidden.dtype, vectors.dtype
+        return sums.log() + shift[:, 0]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        h, v, exp, sums = ctx.saved_tensors
+        scale = (grad_out / sums).where(sums > 0, 0.0)[:, None]
+        grad_h = (exp @ v) * scale
+        grad_v = exp.T @ (h * scale)
+        return grad_h.to(ctx.dtypes[0]), grad_v.to(ctx.dtypes[1]), None, None, None
 
 
 def sampled_log_softmax(
@@ -159,15 +216,16 @@ def sampled_log_softmax(
     candidates, log_count = sample_candidates(
         targets, weight.shape[0], n_negatives, sampler, generator, proposal
     )
+    each = torch.arange(len(targets), device=targets.device)
+    if not own_items or groups is None:  # every row its own group, of its target alone
+        groups = (each, targets[:, None])
+    scores, items = own_scores(hidden, weight, groups)
     positive = (hidden * F.embedding(targets, weight, sparse=True)).sum(-1).float()
-    negative = (hidden @ F.embedding(candidates, weight, sparse=True).T).float() - log_count
-    outside = candidates[None, :] == targets[:, None]
-    terms = [positive[:, None]]
-    if own_items and groups is not None:
-        scores, items = own_scores(hidden, weight, groups)
-        group = groups[0]
-        outside = outside | _in_groups(candidates, items, weight.shape[0])[group]
-        has_target = (items[group] == targets[:, None]).any(1)
-        terms = [positive.masked_fill(has_target, float("-inf"))[:, None], scores]
-    negative = negative.masked_fill(outside, float("-inf"))
-    return positive - torch.logsumexp(torch.cat([*terms, negative], dim=1), dim=1)
+    missing = ~(items[groups[0]] == targets[:, None]).any(1)  # a target outside its window
+    own = torch.cat([positive.where(missing, float("-inf"))[:, None], scores], dim=1)
+    # left out of the sampled part: the candidates in the row's window, and its target
+    pairs = [hits(candidates, groups[0], items), hits(candidates, each, targets[:, None])]
+    rows, cols = (torch.cat(part) for part in zip(*pairs, strict=True))
+    vectors = F.embedding(candidates, weight, sparse=True)
+    negative = _SharedLogSumExp.apply(hidden, vectors, log_count.float(), rows, cols)
+    return positive - torch.logaddexp(torch.logsumexp(own, dim=1), negative)
