@@ -103,7 +103,9 @@ def main() -> int:
     ]
     with torch.no_grad():
         for variant in args.variants:
-            found = [errors(model, b, proposal, yaml.safe_load(variant), args.draws) for b in batches]
+            found = [
+                errors(model, b, proposal, yaml.safe_load(variant), args.draws) for b in batches
+            ]
             mean = torch.cat([e.flatten() for e in found]).mean()
             spread = torch.stack([e.mean(1).std() for e in found]).mean()
             rms = torch.cat([e.flatten() for e in found]).pow(2).mean().sqrt()
