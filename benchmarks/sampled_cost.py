@@ -4,7 +4,7 @@
         --args --data.schema.entity customer_id --data.schema.item product_id --data.baskets false \\
         --variants ce "sampled_softmax {n_negatives: 4096}" --steps 10 --rounds 2
 
-Every variant is the module ``seqenc fit --config configs/clicks.yaml`` would build with
+Every variant is the module ``seqenc fit --config CONFIG`` (default ``configs/clicks.yaml``) builds with
 ``--model.loss`` (and ``--model.loss_options``) of the variant; all of them train on the same
 ``--steps`` batches of the data's training split (drawn once), one round after the other, so the
 variants see the same load (``--rounds`` rounds, interleaved; the median per variant). A step is
@@ -43,9 +43,9 @@ def variant_args(variant: str) -> list[str]:
     return args
 
 
-def build_variant(data: Path, extra: list[str], variant: str):
+def build_variant(config: Path, data: Path, extra: list[str], variant: str):
     """The module and data module of one variant (the sampled term's proposal set as at fit)."""
-    args = ["--config", str(ROOT / "configs/clicks.yaml"), "--data.path", str(data), *extra]
+    args = ["--config", str(config), "--data.path", str(data), *extra]
     cli = build([*args, *variant_args(variant)])
     model, datamodule = cli.model, cli.datamodule
     datamodule.setup("fit")
@@ -75,6 +75,7 @@ def time_steps(model, batches: list) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--config", type=Path, default=ROOT / "configs/clicks.yaml")
     parser.add_argument("--variants", nargs="+", default=["ce", "sampled_softmax"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
@@ -84,7 +85,7 @@ def main() -> int:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     gflops = matmul_gflops()
-    models = {v: build_variant(args.data, args.args, v) for v in args.variants}
+    models = {v: build_variant(args.config, args.data, args.args, v) for v in args.variants}
     datamodule = next(iter(models.values()))[1]
     torch.manual_seed(args.seed)
     loader = iter(datamodule.train_dataloader())

@@ -198,3 +198,17 @@ def test_large_logits_take_the_shifted_path():
     torch.testing.assert_close(estimate.double(), expected, rtol=1e-4, atol=1e-3)
     estimate.sum().backward()
     assert torch.isfinite(big.grad).all()
+
+
+def test_mixed_uniform_draws_half_from_the_batch_half_uniformly():
+    """``mixed_uniform`` ignores the frequency proposal: each candidate's expected count is its
+    share of the batch's targets plus a uniform draw's, as for ``mixed`` without a proposal."""
+    targets = torch.tensor([3, 3, 5, 9])
+    proposal = Proposal.from_counts(torch.tensor([0, 0, 0] + [1000] + [0] * 19))
+    got = sample_candidates(
+        targets, N_ITEMS, 10, "mixed_uniform", torch.Generator().manual_seed(0), proposal
+    )
+    want = sample_candidates(targets, N_ITEMS, 10, "mixed", torch.Generator().manual_seed(0))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    expected = 5 * (targets[None, :] == got[0][:, None]).sum(1) / 4 + 5 / 20
+    torch.testing.assert_close(got[1], expected.log().float())
