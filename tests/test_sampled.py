@@ -200,9 +200,9 @@ def test_large_logits_take_the_shifted_path():
     assert torch.isfinite(big.grad).all()
 
 
-def test_mixed_uniform_draws_half_from_the_batch_half_uniformly():
-    """``mixed_uniform`` ignores the frequency proposal: each candidate's expected count is its
-    share of the batch's targets plus a uniform draw's, as for ``mixed`` without a proposal."""
+def test_uniform_samplers_ignore_the_frequency_proposal():
+    """``mixed_uniform``: each candidate's expected count is its share of the batch's targets
+    plus a uniform draw's, as for ``mixed`` without a proposal; ``uniform``: K / n_real each."""
     targets = torch.tensor([3, 3, 5, 9])
     proposal = Proposal.from_counts(torch.tensor([0, 0, 0] + [1000] + [0] * 19))
     got = sample_candidates(
@@ -212,3 +212,6 @@ def test_mixed_uniform_draws_half_from_the_batch_half_uniformly():
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     expected = 5 * (targets[None, :] == got[0][:, None]).sum(1) / 4 + 5 / 20
     torch.testing.assert_close(got[1], expected.log().float())
+    uniform = sample_candidates(targets, N_ITEMS, 10, "uniform", None, proposal)
+    assert (uniform[0] != 3).any()  # the proposal would draw item 3 alone
+    torch.testing.assert_close(uniform[1], torch.full((10,), 10 / 20).log())

@@ -15,7 +15,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
 
-SAMPLERS = ("mixed", "mixed_uniform", "catalogue", "in_batch")
+SAMPLERS = ("mixed", "mixed_uniform", "catalogue", "uniform", "in_batch")
 N_NEGATIVES = 1024  # candidates per step of the sampled softmax
 FREQUENCY_POWER = 0.75  # the frequency proposal flattened toward the tail, as word2vec's
 
@@ -59,8 +59,9 @@ def sample_candidates(
 
     ``"in_batch"`` draws from the batch's ``targets`` (hard negatives: what this batch asks for),
     ``"catalogue"`` from ``proposal`` (the training item frequency; all real items alike when
-    ``None``), ``"mixed"`` half each, ``"mixed_uniform"`` half each with all real items alike
-    (``proposal`` ignored: the tail drawn as often as the head). For mixed draws the expected count
+    ``None``), ``"mixed"`` half each; ``"uniform"`` and ``"mixed_uniform"`` as ``"catalogue"`` and
+    ``"mixed"`` with all real items alike (``proposal`` ignored: the tail drawn as often as the
+    head, so each of its rows is updated as often). For mixed draws the expected count
     sums both proposals (the balance heuristic of multiple importance sampling), which keeps the
     estimate unbiased.
     """
@@ -68,9 +69,9 @@ def sample_candidates(
         raise SeqencError(f"sampled_softmax: sampler={sampler!r} not in {SAMPLERS}")
     if n_negatives < 1:
         raise SeqencError(f"sampled_softmax: n_negatives={n_negatives} must be >= 1")
-    n_batch = 0 if sampler == "catalogue" else n_negatives // (1 + sampler.startswith("mixed"))
+    n_batch = {"catalogue": 0, "uniform": 0, "in_batch": n_negatives}.get(sampler, n_negatives // 2)
     n_other = n_negatives - n_batch
-    proposal = None if sampler == "mixed_uniform" else proposal
+    proposal = None if sampler.endswith("uniform") else proposal
     device = targets.device
     from_batch = targets[randint(0, len(targets), (n_batch,), generator, device)]
     if proposal is None:
