@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
 import statistics
 import sys
 import time
@@ -100,7 +101,7 @@ def main() -> int:
     lines = [
         "# The training step: exact softmax against sampled catalogue terms",
         "",
-        f"`python benchmarks/sampled_cost.py {' '.join(sys.argv[1:])}`, "
+        f"`python benchmarks/sampled_cost.py {shlex.join(sys.argv[1:])}`, "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {cpu_name()}, "
         f"{torch.get_num_threads()} thread(s), fp32 matmul {gflops:.0f} GFLOP/s at the start; "
         f"{args.steps} steps of {events:,.0f} events on average, median of {args.rounds} "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -94,7 +95,7 @@ def main() -> int:
     lines = [
         "# The sampled term's estimate against the exact log-softmax",
         "",
-        f"`python benchmarks/sampled_error.py {' '.join(sys.argv[1:])}`, "
+        f"`python benchmarks/sampled_error.py {shlex.join(sys.argv[1:])}`, "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {cpu_name()}; "
         f"{args.batches} training batches, {args.draws} draws each.",
         "",
