@@ -215,3 +215,25 @@ def test_uniform_samplers_ignore_the_frequency_proposal():
     uniform = sample_candidates(targets, N_ITEMS, 10, "uniform", None, proposal)
     assert (uniform[0] != 3).any()  # the proposal would draw item 3 alone
     torch.testing.assert_close(uniform[1], torch.full((10,), 10 / 20).log())
+
+
+def test_an_exact_share_of_the_rows_is_exact_and_the_table_gets_a_dense_gradient():
+    hidden, weight, targets, groups = make_case()
+    exact = torch.log_softmax(hidden @ weight[N_SPECIAL:].T, 1)
+    exact = exact.gather(1, (targets - N_SPECIAL)[:, None])[:, 0]
+    gen = torch.Generator().manual_seed(0)
+    whole = target_log_softmax(
+        hidden, weight, targets, "sampled_softmax", n_negatives=4, generator=gen,
+        groups=groups, exact_share=1.0,
+    )  # fmt: skip
+    torch.testing.assert_close(whole, exact, rtol=1e-5, atol=1e-5)
+    gen = torch.Generator().manual_seed(0)
+    part = target_log_softmax(
+        hidden, weight, targets, "sampled_softmax", n_negatives=4, generator=gen,
+        groups=groups, exact_share=0.25,
+    )  # fmt: skip
+    assert int(((part - exact).abs() < 1e-5).sum()) == 3  # ceil(0.25 * 11), the others sampled
+    part.sum().backward()
+    assert (weight.grad.to_dense()[N_SPECIAL:].abs().sum(1) > 0).all()
+    with pytest.raises(SeqencError, match="exact_share must be a number in"):
+        check_loss_options("sampled_softmax", {"exact_share": 2}, 20)

@@ -221,16 +221,52 @@ def sampled_softmax(
     proposal: Proposal | None = None,
     own_items: bool = True,
     groups: tuple[Tensor, Tensor] | None = None,
+    exact_share: float = 0.0,
 ) -> Tensor:
-    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`);
-    ``groups`` index the kept rows (those with a real target, in order)."""
+    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`,
+    :func:`partly_exact_log_softmax`); ``groups`` index the kept rows (those with a real target,
+    in order)."""
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    estimate = sampled_log_softmax(
-        h, weight, t, n_negatives, sampler, generator, proposal, own_items, groups
+    options = {"n_negatives": n_negatives, "sampler": sampler, "proposal": proposal}
+    estimate = partly_exact_log_softmax(
+        h, weight, t, exact_share, generator, groups, own_items=own_items, **options
     )
     return -estimate.mean()
+
+
+def partly_exact_log_softmax(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    exact_share: float = 0.0,
+    generator: torch.Generator | None = None,
+    groups: tuple[Tensor, Tensor] | None = None,
+    **options: object,
+) -> Tensor:
+    """``[N]``: the sampled estimate of each row's log-softmax at its target
+    (:func:`sampled_log_softmax` with ``options``), except on a random ``exact_share`` of the rows,
+    whose normaliser is exact. Those rows give every item of the table a gradient at every step,
+    as the exact term does, at ``exact_share`` of its cost."""
+    n_exact = math.ceil(exact_share * len(targets))
+    if n_exact == 0:
+        return sampled_log_softmax(
+            hidden, weight, targets, generator=generator, groups=groups, **options
+        )
+    source = generator.device if generator is not None else hidden.device
+    order = torch.randperm(len(targets), generator=generator, device=source).to(hidden.device)
+    pick, rest = order[:n_exact], order[n_exact:]
+    h = hidden[pick]
+    parts = [(h * weight[targets[pick]]).sum(-1).float() - chunked_logsumexp(h, weight[N_SPECIAL:])]
+    if len(rest):
+        rows = None if groups is None else (groups[0][rest], groups[1])
+        parts.append(
+            sampled_log_softmax(
+                hidden[rest], weight, targets[rest], generator=generator, groups=rows, **options
+            )
+        )
+    return torch.cat(parts)[torch.argsort(order)]
 
 
 def target_log_softmax(
@@ -242,7 +278,7 @@ def target_log_softmax(
         exact = (hidden * weight[targets]).sum(-1).float()
         return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
-        accepted = set(inspect.signature(sampled_log_softmax).parameters) - {
+        accepted = set(inspect.signature(sampled_softmax).parameters) - {
             "hidden",
             "weight",
             "targets",
@@ -252,7 +288,7 @@ def target_log_softmax(
                 f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "
                 f"it accepts {sorted(accepted)}"
             )
-        return sampled_log_softmax(hidden, weight, targets, **opts)
+        return partly_exact_log_softmax(hidden, weight, targets, **opts)
     raise SeqencError(
         f"the repeat head's mixture needs a normalised catalogue term: model.loss ce or "
         f"sampled_softmax, got {loss!r}"

@@ -223,9 +223,9 @@ def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
 def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
     """Refuse, in one line, ``model.loss_options`` the loss does not take or cannot use: a count
     is a whole number from 1, negatives at most the catalogue's items (the other items for the
-    binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` a
-    number in [0, 1], ``own_items`` true or false (``generator``, ``proposal`` and ``groups`` are the
-    run's own)."""
+    binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` and
+    ``exact_share`` numbers in [0, 1], ``own_items`` true or false (``generator``, ``proposal``
+    and ``groups`` are the run's own)."""
     if loss not in LOSSES:
         raise SeqencError(f"model.loss must be auto or one of {sorted(LOSSES)}, got {loss!r}")
     if given is None:
@@ -252,6 +252,8 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
                 )
         elif name == "sampler" and value not in SAMPLERS:
             raise SeqencError(f"{where} must be one of {SAMPLERS}, got {value!r}")
+        elif name == "exact_share" and not (_real(value) and 0 <= value <= 1):
+            raise SeqencError(f"{where} must be a number in [0, 1], got {value!r}")
         elif name == "own_items" and not isinstance(value, bool):
             raise SeqencError(f"{where} must be true or false, got {value!r}")
         elif name == "t" and not (_real(value) and 0 <= value <= 1):
