@@ -158,11 +158,14 @@ def test_the_option_through_the_loss_and_its_check():
     hidden, weight, targets, groups = make_case()
     gen = lambda: torch.Generator().manual_seed(1)  # noqa: E731
     rows = sampled_log_softmax(hidden, weight, targets, 8, generator=gen(), groups=groups)
-    loss = sampled_softmax(hidden, weight, targets, 8, generator=gen(), groups=groups)
+    loss = sampled_softmax(
+        hidden, weight, targets, 8, generator=gen(), groups=groups, exact_share=0
+    )
     torch.testing.assert_close(loss, -rows.mean())
     through = target_log_softmax(
-        hidden, weight, targets, "sampled_softmax", n_negatives=8, generator=gen(), groups=groups
-    )
+        hidden, weight, targets, "sampled_softmax", n_negatives=8, generator=gen(), groups=groups,
+        exact_share=0.0,
+    )  # fmt: skip
     torch.testing.assert_close(through, rows)
     check_loss_options("sampled_softmax", {"own_items": False, "n_negatives": 8}, 20)
     with pytest.raises(SeqencError, match="own_items must be true or false"):
@@ -237,3 +240,19 @@ def test_an_exact_share_of_the_rows_is_exact_and_the_table_gets_a_dense_gradient
     assert (weight.grad.to_dense()[N_SPECIAL:].abs().sum(1) > 0).all()
     with pytest.raises(SeqencError, match="exact_share must be a number in"):
         check_loss_options("sampled_softmax", {"exact_share": 2}, 20)
+    check_loss_options("sampled_softmax", {"exact_share": None}, 20)
+
+
+def test_the_exact_share_by_default_is_capped_by_the_candidates_cost():
+    """``exact_share`` unset: EXACT_SHARE of the rows, or ``n_negatives / n_items`` of them where
+    that is fewer (here 2 candidates over 20 items: 0.1 x 11 rows -> 2 exact rows; 1 candidate:
+    0.05 x 11 -> 1 row)."""
+    hidden, weight, targets, _ = make_case()
+    exact = torch.log_softmax(hidden @ weight[N_SPECIAL:].T, 1)
+    exact = exact.gather(1, (targets - N_SPECIAL)[:, None])[:, 0]
+    for k, rows in ((2, 2), (1, 1)):
+        gen = torch.Generator().manual_seed(0)
+        out = target_log_softmax(
+            hidden, weight, targets, "sampled_softmax", n_negatives=k, generator=gen
+        )
+        assert int(((out - exact).abs() < 1e-5).sum()) == rows

@@ -29,7 +29,7 @@ from torch.linalg import vector_norm
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
-from seqenc.model.sampled import N_NEGATIVES, Proposal, sampled_log_softmax
+from seqenc.model.sampled import EXACT_SHARE, N_NEGATIVES, Proposal, sampled_log_softmax
 
 # Logits per chunk of the fused CE. On a CPU a chunk should stay in cache (4 MB in float32: ~280 rows
 # of a 3,700-item catalogue); on a GPU bigger chunks mean fewer, fuller kernels (128 MB).
@@ -221,7 +221,7 @@ def sampled_softmax(
     proposal: Proposal | None = None,
     own_items: bool = True,
     groups: tuple[Tensor, Tensor] | None = None,
-    exact_share: float = 0.0,
+    exact_share: float | None = None,
 ) -> Tensor:
     """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`,
     :func:`partly_exact_log_softmax`); ``groups`` index the kept rows (those with a real target,
@@ -229,9 +229,9 @@ def sampled_softmax(
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    options = {"n_negatives": n_negatives, "sampler": sampler, "proposal": proposal}
+    options = {"sampler": sampler, "proposal": proposal, "own_items": own_items}
     estimate = partly_exact_log_softmax(
-        h, weight, t, exact_share, generator, groups, own_items=own_items, **options
+        h, weight, t, n_negatives, exact_share, generator, groups, **options
     )
     return -estimate.mean()
 
@@ -240,20 +240,24 @@ def partly_exact_log_softmax(
     hidden: Tensor,
     weight: Tensor,
     targets: Tensor,
-    exact_share: float = 0.0,
+    n_negatives: int = N_NEGATIVES,
+    exact_share: float | None = None,
     generator: torch.Generator | None = None,
     groups: tuple[Tensor, Tensor] | None = None,
     **options: object,
 ) -> Tensor:
     """``[N]``: the sampled estimate of each row's log-softmax at its target
-    (:func:`sampled_log_softmax` with ``options``), except on a random ``exact_share`` of the rows,
-    whose normaliser is exact. Those rows give every item of the table a gradient at every step,
-    as the exact term does, at ``exact_share`` of its cost."""
+    (:func:`sampled_log_softmax` with ``n_negatives`` and ``options``), except on a random
+    ``exact_share`` of the rows, whose normaliser is exact. Those rows give every item of the table
+    a gradient at every step, as the exact term does, at ``exact_share`` of its cost. ``None``:
+    :data:`EXACT_SHARE`, or fewer rows where the catalogue is large (at most ``n_negatives / n_items``
+    of them: their cost stays the candidates' own)."""
+    if exact_share is None:
+        exact_share = min(EXACT_SHARE, n_negatives / (weight.shape[0] - N_SPECIAL))
     n_exact = math.ceil(exact_share * len(targets))
+    options |= {"n_negatives": n_negatives, "generator": generator}
     if n_exact == 0:
-        return sampled_log_softmax(
-            hidden, weight, targets, generator=generator, groups=groups, **options
-        )
+        return sampled_log_softmax(hidden, weight, targets, groups=groups, **options)
     source = generator.device if generator is not None else hidden.device
     order = torch.randperm(len(targets), generator=generator, device=source).to(hidden.device)
     pick, rest = order[:n_exact], order[n_exact:]
@@ -262,9 +266,7 @@ def partly_exact_log_softmax(
     if len(rest):
         rows = None if groups is None else (groups[0][rest], groups[1])
         parts.append(
-            sampled_log_softmax(
-                hidden[rest], weight, targets[rest], generator=generator, groups=rows, **options
-            )
+            sampled_log_softmax(hidden[rest], weight, targets[rest], groups=rows, **options)
         )
     return torch.cat(parts)[torch.argsort(order)]
 

@@ -16,7 +16,11 @@ from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
 
 SAMPLERS = ("mixed", "mixed_uniform", "catalogue", "uniform", "in_batch")
-N_NEGATIVES = 1024  # candidates per step of the sampled softmax
+N_NEGATIVES = 4096  # candidates per step of the sampled softmax
+# At most this share of a step's rows get the exact normaliser (and never more rows than make its
+# cost the candidates' own): under Adam the exact term moves every item row at every step, which a
+# few exact rows restore (BENCHMARKS.md, "What the sampled term costs in quality").
+EXACT_SHARE = 0.1
 FREQUENCY_POWER = 0.75  # the frequency proposal flattened toward the tail, as word2vec's
 
 

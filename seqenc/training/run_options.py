@@ -19,11 +19,13 @@ from seqenc.model.sampled import SAMPLERS
 from seqenc.training.label_plan import check_label_options
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
-# From this many real items on, ``loss: auto`` trains with the sampled softmax. Below it the exact
-# softmax costs a few times to tens of times the sampled term per step, yet a run stays affordable
-# and the exact term ranks better on real logs of that size; above it the exact term's cost grows
-# with every item until it is the whole step (bench_scale.py --crossover).
-SAMPLED_FROM_ITEMS = 50_000
+# From this many real items on, ``loss: auto`` trains with the sampled term (its defaults: each
+# row's window exact, N_NEGATIVES shared candidates, EXACT_SHARE of the rows exact): there it ranks
+# as the exact softmax does, within the seeds' spread, at a quarter of the exact step or less, and
+# the exact term's cost keeps growing with every item. Below it the exact step is cheap beside the
+# encoder's, so the sampled term saves little (BENCHMARKS.md, "What the sampled term costs";
+# benchmarks/sampled_cost.py).
+SAMPLED_FROM_ITEMS = 20_000
 # Options that set which weights the model has and their shapes: a resumed run keeps them.
 SHAPE_OPTIONS = (
     "d_model",
@@ -211,12 +213,13 @@ def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
         return loss, "set by model.loss"
     if n_real_items >= SAMPLED_FROM_ITEMS:
         return "sampled_softmax", (
-            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}: the exact softmax's cost "
-            "grows with the catalogue, the sampled one's does not; set model.loss ce to force it"
+            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}: the sampled term ranks as "
+            "the exact softmax does at a quarter of its step or less, and its cost does not grow "
+            "with the catalogue; set model.loss ce to force the exact one"
         )
     return "ce", (
-        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}: the exact softmax is affordable "
-        "here; set model.loss sampled_softmax to force the sampled one"
+        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}: the exact softmax's step is "
+        "cheap beside the encoder's here; set model.loss sampled_softmax to force the sampled one"
     )
 
 
@@ -252,8 +255,8 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
                 )
         elif name == "sampler" and value not in SAMPLERS:
             raise SeqencError(f"{where} must be one of {SAMPLERS}, got {value!r}")
-        elif name == "exact_share" and not (_real(value) and 0 <= value <= 1):
-            raise SeqencError(f"{where} must be a number in [0, 1], got {value!r}")
+        elif name == "exact_share" and not (value is None or (_real(value) and 0 <= value <= 1)):
+            raise SeqencError(f"{where} must be a number in [0, 1] (or null: auto), got {value!r}")
         elif name == "own_items" and not isinstance(value, bool):
             raise SeqencError(f"{where} must be true or false, got {value!r}")
         elif name == "t" and not (_real(value) and 0 <= value <= 1):
