@@ -4,6 +4,8 @@ whole catalogue, and the unbiasedness of the normaliser's estimate over many dra
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ from seqenc.model.sampled import (
     own_scores,
     sample_candidates,
     sampled_log_softmax,
+    shared_logsumexp,
 )
 from seqenc.training.run_options import check_loss_options
 
@@ -256,3 +259,25 @@ def test_the_exact_share_by_default_is_capped_by_the_candidates_cost():
             hidden, weight, targets, "sampled_softmax", n_negatives=k, generator=gen
         )
         assert int(((out - exact).abs() < 1e-5).sum()) == rows
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])  # 30: past exp's float32 range, the shifted path
+def test_shared_logsumexp_matches_a_masked_logsumexp_with_gradients(scale):
+    gen = torch.Generator().manual_seed(3)
+    hidden = (torch.randn(7, 5, generator=gen) * scale).requires_grad_()
+    vectors = torch.randn(9, 5, generator=gen).requires_grad_()
+    log_count = torch.randn(9, generator=gen)
+    rows, cols = torch.tensor([0, 0, 3, 6] + [5] * 9), torch.tensor([1, 4, 4, 8] + list(range(9)))
+    upstream = torch.rand(7, generator=gen)  # a weight per row, as the repeat mixture gives
+    got = shared_logsumexp(hidden, vectors, log_count, (rows, cols))
+    (got[:5] * upstream[:5]).sum().backward()  # row 5 has every candidate left out: -inf
+    h, v = hidden.detach().double().requires_grad_(), vectors.detach().double().requires_grad_()
+    logits = (h @ v.T - log_count.double()).index_put(
+        (rows, cols), torch.tensor(-math.inf, dtype=torch.float64)
+    )
+    want = torch.logsumexp(logits, 1)
+    (want[:5] * upstream[:5].double()).sum().backward()
+    torch.testing.assert_close(got[:5].double(), want[:5], rtol=1e-5, atol=1e-4)
+    assert got[5] == -math.inf
+    torch.testing.assert_close(hidden.grad.double(), h.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(vectors.grad.double(), v.grad, rtol=1e-4, atol=1e-4)

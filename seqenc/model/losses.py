@@ -29,7 +29,13 @@ from torch.linalg import vector_norm
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
-from seqenc.model.sampled import EXACT_SHARE, N_NEGATIVES, Proposal, sampled_log_softmax
+from seqenc.model.sampled import (
+    EXACT_SHARE,
+    N_NEGATIVES,
+    Proposal,
+    sampled_log_softmax,
+    shared_logsumexp,
+)
 
 # Logits per chunk of the fused CE. On a CPU a chunk should stay in cache (4 MB in float32: ~280 rows
 # of a 3,700-item catalogue); on a GPU bigger chunks mean fewer, fuller kernels (128 MB).
@@ -262,7 +268,7 @@ def partly_exact_log_softmax(
     order = torch.randperm(len(targets), generator=generator, device=source).to(hidden.device)
     pick, rest = order[:n_exact], order[n_exact:]
     h = hidden[pick]
-    parts = [(h * weight[targets[pick]]).sum(-1).float() - chunked_logsumexp(h, weight[N_SPECIAL:])]
+    parts = [(h * weight[targets[pick]]).sum(-1).float() - shared_logsumexp(h, weight[N_SPECIAL:])]
     if len(rest):
         rows = None if groups is None else (groups[0][rest], groups[1])
         parts.append(

@@ -197,6 +197,21 @@ class _SharedLogSumExp(torch.autograd.Function):
         return grad_h.to(ctx.dtypes[0]), grad_v.to(ctx.dtypes[1]), None, None, None
 
 
+def shared_logsumexp(
+    hidden: Tensor,
+    vectors: Tensor,
+    log_count: Tensor | None = None,
+    left_out: tuple[Tensor, Tensor] | None = None,
+) -> Tensor:
+    """``[N]`` float32 ``logsumexp(hidden @ vectors.T - log_count, dim=1)`` with the ``left_out``
+    ``(rows, cols)`` pairs excluded, at three passes over the logits (:class:`_SharedLogSumExp`)."""
+    if log_count is None:
+        log_count = torch.zeros(len(vectors), device=vectors.device)
+    if left_out is None:
+        left_out = (torch.zeros(0, dtype=torch.long, device=hidden.device),) * 2
+    return _SharedLogSumExp.apply(hidden, vectors, log_count, *left_out)
+
+
 def sampled_log_softmax(
     hidden: Tensor,
     weight: Tensor,
@@ -235,5 +250,5 @@ def sampled_log_softmax(
     pairs = [hits(candidates, groups[0], items), hits(candidates, each, targets[:, None])]
     rows, cols = (torch.cat(part) for part in zip(*pairs, strict=True))
     vectors = F.embedding(candidates, weight, sparse=True)
-    negative = _SharedLogSumExp.apply(hidden, vectors, log_count.float(), rows, cols)
+    negative = shared_logsumexp(hidden, vectors, log_count.float(), (rows, cols))
     return positive - torch.logaddexp(torch.logsumexp(own, dim=1), negative)
