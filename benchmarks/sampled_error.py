@@ -64,6 +64,7 @@ def errors(model, batch, proposal: Proposal, options: dict, draws: int) -> torch
     weight = model.encoder.item_embedding.weight
     exact = target_log_softmax(h, weight, t, "ce")
     groups = window_groups(inputs.items, labels)
+    options = {"exact_share": 0.0} | options  # the estimator alone, unless a variant sets it
     out = []
     for draw in range(draws):
         gen = torch.Generator().manual_seed(draw)
