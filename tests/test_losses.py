@@ -108,7 +108,7 @@ def logq_reference(
 def test_sampled_softmax_uniform_matches_reference() -> None:
     hidden, weight, targets = make_case()
     loss = sampled_softmax(
-        hidden, weight, targets, 50, "catalogue", torch.Generator().manual_seed(3)
+        hidden, weight, targets, 50, "catalogue", torch.Generator().manual_seed(3), exact_share=0
     )
     negatives = torch.randint(N_SPECIAL, 29, (50,), generator=torch.Generator().manual_seed(3))
     assert (negatives[None] == targets[:, None]).any()  # the case has accidental hits to remove
@@ -121,7 +121,7 @@ def test_sampled_softmax_in_batch_uses_batch_frequencies() -> None:
     hidden, weight, targets = make_case()
     targets[[0, 2, 3]] = 9  # a frequent item
     loss = sampled_softmax(
-        hidden, weight, targets, 40, "in_batch", torch.Generator().manual_seed(4)
+        hidden, weight, targets, 40, "in_batch", torch.Generator().manual_seed(4), exact_share=0
     )
     kept = targets[targets >= N_SPECIAL]
     negatives = kept[torch.randint(0, len(kept), (40,), generator=torch.Generator().manual_seed(4))]
@@ -135,7 +135,9 @@ def test_sampled_softmax_in_batch_uses_batch_frequencies() -> None:
 def test_sampled_softmax_approaches_full_ce_with_many_samples() -> None:
     hidden, weight, targets = make_case(n_items=15)
     generator = torch.Generator().manual_seed(0)
-    approx = sampled_softmax(hidden, weight, targets, 200_000, "catalogue", generator)
+    approx = sampled_softmax(
+        hidden, weight, targets, 200_000, "catalogue", generator, exact_share=0
+    )
     torch.testing.assert_close(approx, naive_ce(hidden, weight, targets), rtol=0, atol=0.02)
 
 
@@ -224,7 +226,8 @@ def test_every_loss_handles_no_rows(name: str) -> None:
 def test_mixed_sampler_weights_each_candidate_by_its_expected_count_under_both_proposals():
     hidden, weight, targets = make_case()
     targets[[0, 2, 3]] = 9
-    loss = sampled_softmax(hidden, weight, targets, 40, "mixed", torch.Generator().manual_seed(4))
+    gen = torch.Generator().manual_seed(4)
+    loss = sampled_softmax(hidden, weight, targets, 40, "mixed", gen, exact_share=0)
     kept = targets[targets >= N_SPECIAL]
     gen = torch.Generator().manual_seed(4)
     from_batch = kept[torch.randint(0, len(kept), (20,), generator=gen)]
@@ -242,7 +245,7 @@ def test_mixed_sampler_weights_each_candidate_by_its_expected_count_under_both_p
 def test_sampled_item_gradients_are_sparse_rows():
     hidden, weight, targets = make_case()
     sampled_softmax(
-        hidden, weight, targets, 8, "mixed", torch.Generator().manual_seed(1)
+        hidden, weight, targets, 8, "mixed", torch.Generator().manual_seed(1), exact_share=0
     ).backward()
     assert weight.grad.is_sparse
     touched = set(weight.grad.coalesce().indices()[0].tolist())
@@ -258,7 +261,7 @@ def test_target_log_softmax_exact_and_sampled_estimate():
     torch.testing.assert_close(exact, naive, rtol=1e-5, atol=1e-5)
     gen = torch.Generator().manual_seed(0)
     estimate = target_log_softmax(
-        h, weight, t, "sampled_softmax", n_negatives=100_000, generator=gen
+        h, weight, t, "sampled_softmax", n_negatives=100_000, generator=gen, exact_share=0
     )
     torch.testing.assert_close(estimate, naive, rtol=0, atol=0.03)
     with pytest.raises(SeqencError, match="normalised catalogue term"):

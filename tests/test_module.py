@@ -106,8 +106,9 @@ def test_training_step_runs_both_objectives():
 
 def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monkeypatch):
     """``loss: auto`` by catalogue size (the threshold moved to 10 real items here), saved
-    resolved; under the sampled term the item table gets a sparse gradient, which the module's
-    clipping and optimiser take, and the step changes only the rows the batch read."""
+    resolved; under the sampled term without exact rows (``exact_share: 0``) the item table gets a
+    sparse gradient, which the module's clipping and optimiser take, and the step changes only the
+    rows the batch read; with its default exact rows every real item's row gets a gradient."""
     import seqenc.training.run_options as run_options
 
     assert SeqencModule(SPEC, encoder=SMALL).loss == "ce"
@@ -115,7 +116,13 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for repeat in (False, True):
-        module = SeqencModule(SPEC, encoder=replace(SMALL, repeat_head=repeat), lr=0.1)
+        default = SeqencModule(SPEC, encoder=replace(SMALL, repeat_head=repeat))
+        default.training_step(batch, 0).backward()
+        assert (default.encoder.item_embedding.weight.grad[3:].abs().sum(1) > 0).all()
+        sparse = {"exact_share": 0.0}
+        module = SeqencModule(
+            SPEC, encoder=replace(SMALL, repeat_head=repeat), lr=0.1, loss_options=sparse
+        )
         assert module.loss == module.hparams.loss == "sampled_softmax"
         assert "10 items >= 10" in module.loss_reason
         module.training_step(batch, 0).backward()

@@ -7,9 +7,9 @@ candidates: the softmax runs over the real items ``weight[3:]`` only.
 
 - ``ce``: exact full softmax, fused with the output matmul and chunked over rows so the ``[N, n_items]``
   logit matrix never exists at once (gradients are computed during the forward pass).
-- ``sampled_softmax``: K negatives shared by the batch (half its targets, half the item frequency),
-  logQ-corrected, with sparse gradients for the item table: its cost does not grow with the
-  catalogue. :func:`target_log_softmax` gives either catalogue term per row (the repeat head's mixture).
+- ``sampled_softmax``: each row's window scored exactly, the rest of the catalogue from K shared
+  candidates (half the batch's targets, half the item frequency), logQ-corrected: its cost does
+  not grow with the catalogue. :func:`target_log_softmax` gives either term per row (the repeat head's).
 - ``bce``: SASRec's binary cross-entropy with one uniform negative per position.
 - ``gbce``: gSASRec's generalised BCE (Petrov & Macdonald, RecSys 2023) with k negatives per position.
 """
@@ -28,7 +28,13 @@ from torch.linalg import vector_norm
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
-from seqenc.model.sampled import N_NEGATIVES, Proposal, sampled_log_softmax
+from seqenc.model.sampled import (
+    EXACT_SHARE,
+    N_NEGATIVES,
+    Proposal,
+    sampled_log_softmax,
+    shared_logsumexp,
+)
 
 # Logits per chunk of the fused CE. On a CPU a chunk should stay in cache (4 MB in float32: ~280 rows
 # of a 3,700-item catalogue); on a GPU bigger chunks mean fewer, fuller kernels (128 MB).
@@ -218,12 +224,56 @@ def sampled_softmax(
     sampler: str = "mixed",
     generator: torch.Generator | None = None,
     proposal: Proposal | None = None,
+    own_items: bool = True,
+    groups: tuple[Tensor, Tensor] | None = None,
+    exact_share: float | None = None,
 ) -> Tensor:
-    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`)."""
+    """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`,
+    :func:`partly_exact_log_softmax`); ``groups`` index the kept rows (those with a real target,
+    in order)."""
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    return -sampled_log_softmax(h, weight, t, n_negatives, sampler, generator, proposal).mean()
+    options = {"sampler": sampler, "proposal": proposal, "own_items": own_items}
+    estimate = partly_exact_log_softmax(
+        h, weight, t, n_negatives, exact_share, generator, groups, **options
+    )
+    return -estimate.mean()
+
+
+def partly_exact_log_softmax(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    n_negatives: int = N_NEGATIVES,
+    exact_share: float | None = None,
+    generator: torch.Generator | None = None,
+    groups: tuple[Tensor, Tensor] | None = None,
+    **options: object,
+) -> Tensor:
+    """``[N]``: the sampled estimate of each row's log-softmax at its target
+    (:func:`sampled_log_softmax` with ``n_negatives`` and ``options``), except on a random
+    ``exact_share`` of the rows, whose normaliser is exact. Those rows give every item of the table
+    a gradient at every step, as the exact term does, at ``exact_share`` of its cost. ``None``:
+    :data:`EXACT_SHARE`, or fewer rows where the catalogue is large (at most ``n_negatives / n_items``
+    of them: their cost stays the candidates' own)."""
+    if exact_share is None:
+        exact_share = min(EXACT_SHARE, n_negatives / (weight.shape[0] - N_SPECIAL))
+    n_exact = math.ceil(exact_share * len(targets))
+    options |= {"n_negatives": n_negatives, "generator": generator}
+    if n_exact == 0:
+        return sampled_log_softmax(hidden, weight, targets, groups=groups, **options)
+    source = generator.device if generator is not None else hidden.device
+    order = torch.randperm(len(targets), generator=generator, device=source).to(hidden.device)
+    pick, rest = order[:n_exact], order[n_exact:]
+    h = hidden[pick]
+    parts = [(h * weight[targets[pick]]).sum(-1).float() - shared_logsumexp(h, weight[N_SPECIAL:])]
+    if len(rest):
+        rows = None if groups is None else (groups[0][rest], groups[1])
+        parts.append(
+            sampled_log_softmax(hidden[rest], weight, targets[rest], groups=rows, **options)
+        )
+    return torch.cat(parts)[torch.argsort(order)]
 
 
 def target_log_softmax(
@@ -235,13 +285,17 @@ def target_log_softmax(
         exact = (hidden * weight[targets]).sum(-1).float()
         return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
-        accepted = {"n_negatives", "sampler", "generator", "proposal"}
+        accepted = set(inspect.signature(sampled_softmax).parameters) - {
+            "hidden",
+            "weight",
+            "targets",
+        }
         if set(opts) - accepted:
             raise SeqencError(
                 f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "
                 f"it accepts {sorted(accepted)}"
             )
-        return sampled_log_softmax(hidden, weight, targets, **opts)
+        return partly_exact_log_softmax(hidden, weight, targets, **opts)
     raise SeqencError(
         f"the repeat head's mixture needs a normalised catalogue term: model.loss ce or "
         f"sampled_softmax, got {loss!r}"

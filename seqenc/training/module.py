@@ -57,14 +57,12 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             ``REPEAT_SHARE`` of the events repeat an earlier item of their entity
             (``spec.repeat_share``). :attr:`config` holds the resolved configuration, and so do
             the saved hyper-parameters.
-        loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (shared
-            sampled candidates, logQ-corrected; cost independent of the catalogue), ``"bce"`` or
-            ``"gbce"``. ``"auto"`` (the default): full softmax below ``SAMPLED_FROM_ITEMS`` real
-            items, sampled softmax from there (:func:`~seqenc.training.run_options.resolve_loss`; the fit
-            prints the choice). The repeat head's mixture takes ``"ce"`` or ``"sampled_softmax"``
-            for its catalogue part. Saved resolved.
-        loss_options: extra keyword arguments of the loss, e.g. ``{"n_negatives": 256}`` for
-            ``sampled_softmax`` / ``gbce`` (see :mod:`seqenc.model.losses`).
+        loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (each row's
+            window exact, the rest from shared candidates: :mod:`seqenc.model.sampled`), ``"bce"``,
+            ``"gbce"``; ``"auto"`` (the default) by the catalogue's size, printed at fit
+            (:func:`~seqenc.training.run_options.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
+        loss_options: keyword arguments of the loss, e.g. ``{"n_negatives": 4096}`` (see
+            :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
             (:func:`~seqenc.model.masking.mask_items`; ``mask_prob`` also the share of values
             withheld with ``value_weight``); refused where nothing reads them.

@@ -19,10 +19,11 @@ from seqenc.model.sampled import SAMPLERS
 from seqenc.training.label_plan import check_label_options
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
-# From this many real items on, ``loss: auto`` trains with the sampled softmax. Below it the exact
-# softmax costs a few times to tens of times the sampled term per step, yet a run stays affordable
-# and the exact term ranks better on real logs of that size; above it the exact term's cost grows
-# with every item until it is the whole step (bench_scale.py --crossover).
+# From this many real items on, ``loss: auto`` trains with the sampled term (its defaults: each
+# row's window exact, N_NEGATIVES shared candidates, EXACT_SHARE of the rows exact). Below it the
+# exact softmax still ranks a few per cent better on real catalogues of that size (Ta-Feng's
+# products) and a run stays affordable; above it the exact term's cost grows with every item until it
+# is the whole step (measured by benchmarks/sampled_cost.py).
 SAMPLED_FROM_ITEMS = 50_000
 # Options that set which weights the model has and their shapes: a resumed run keeps them.
 SHAPE_OPTIONS = (
@@ -220,20 +221,23 @@ def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
         return loss, "set by model.loss"
     if n_real_items >= SAMPLED_FROM_ITEMS:
         return "sampled_softmax", (
-            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}: the exact softmax's cost "
-            "grows with the catalogue, the sampled one's does not; set model.loss ce to force it"
+            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}: the exact softmax's step "
+            "grows with the catalogue, the sampled term's does not; set model.loss ce to force "
+            "the exact one"
         )
     return "ce", (
-        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}: the exact softmax is affordable "
-        "here; set model.loss sampled_softmax to force the sampled one"
+        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}: the exact softmax still ranks "
+        "a little better at this size and is affordable; set model.loss sampled_softmax to force "
+        "the sampled one"
     )
 
 
 def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
     """Refuse, in one line, ``model.loss_options`` the loss does not take or cannot use: a count
     is a whole number from 1, negatives at most the catalogue's items (the other items for the
-    binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` a
-    number in [0, 1] (``generator`` and ``proposal`` are the run's own)."""
+    binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` and
+    ``exact_share`` numbers in [0, 1], ``own_items`` true or false (``generator``, ``proposal``
+    and ``groups`` are the run's own)."""
     if loss not in LOSSES:
         raise SeqencError(f"model.loss must be auto or one of {sorted(LOSSES)}, got {loss!r}")
     if given is None:
@@ -241,11 +245,12 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
     if not isinstance(given, dict):
         raise SeqencError(f"model.loss_options must be a mapping, got {given!r}")
     taken = set(inspect.signature(LOSSES[loss]).parameters) - {"hidden", "weight", "targets"}
-    unknown = sorted(set(given) - (taken - {"generator", "proposal"}))
+    taken -= {"generator", "proposal", "groups"}  # the run's own
+    unknown = sorted(set(given) - taken)
     if unknown:
         raise SeqencError(
             f"model.loss_options {unknown} are not options of loss {loss!r}; it takes "
-            f"{sorted(taken - {'generator', 'proposal'})}"
+            f"{sorted(taken)}"
         )
     most = {"n_negatives": n_real_items - (loss != "sampled_softmax"), "chunk_size": None}
     for name, value in given.items():
@@ -259,6 +264,10 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
                 )
         elif name == "sampler" and value not in SAMPLERS:
             raise SeqencError(f"{where} must be one of {SAMPLERS}, got {value!r}")
+        elif name == "exact_share" and not (value is None or (_real(value) and 0 <= value <= 1)):
+            raise SeqencError(f"{where} must be a number in [0, 1] (or null: auto), got {value!r}")
+        elif name == "own_items" and not isinstance(value, bool):
+            raise SeqencError(f"{where} must be true or false, got {value!r}")
         elif name == "t" and not (_real(value) and 0 <= value <= 1):
             raise SeqencError(f"{where} must be a number in [0, 1], got {value!r}")
         elif name == "matmul_dtype" and value is not None and value not in MATMUL_DTYPES:

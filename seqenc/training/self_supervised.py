@@ -13,6 +13,7 @@ from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.embeddings import signed_log
 from seqenc.model.losses import compute_loss
 from seqenc.model.repeat import mixture_nll
+from seqenc.model.sampled import window_groups
 from seqenc.model.values import ValueHead, hide_values, value_loss
 
 
@@ -43,7 +44,10 @@ class SelfSupervised:
         inputs, labels = self.objective.training_pair(batch, self.config.n_items)
         hidden = self.encoder(inputs)
         keep = labels >= N_SPECIAL
-        if self.config.baskets and hp.get("basket_positives", "one") == "all":
+        all_positives = self.config.baskets and hp.get("basket_positives", "one") == "all"
+        if self.loss == "sampled_softmax" and not all_positives:  # each row's window: exact
+            options["groups"] = window_groups(inputs.items, labels)
+        if all_positives:
             loss = basket_nll(hidden, inputs, weight, self.loss, self.encoder.repeat, **options)
         elif self.encoder.repeat is not None:
             loss = mixture_nll(
