@@ -102,9 +102,21 @@ def build_clicks(path: Path, extra: list[str]):
     return cli.model, cli.datamodule
 
 
+def optimizer_step(model, optimizer, batch, i: int) -> None:
+    """One training step as the trainer takes it: the loss, its gradients, the module's norm clip
+    (which counts the item table's sparse gradient) and the update."""
+    from seqenc.model.optim import clip_grad_norm
+
+    loss = model.training_step(batch, i)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip_grad_norm(model.parameters(), 1.0)
+    optimizer.step()
+
+
 def train_steps(model, data, steps: int) -> tuple[float, int]:
     """(seconds, events) of ``steps`` training steps after two untimed ones."""
-    from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
+    from seqenc.model.optim import RowSparseAdamW
 
     optimizer = RowSparseAdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     model.train()
@@ -113,11 +125,7 @@ def train_steps(model, data, steps: int) -> tuple[float, int]:
     for i in range(steps + 2):
         batch = next(batches)
         start = time.perf_counter()
-        loss = model.training_step(batch, i)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_grad_norm(model.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(model, optimizer, batch, i)
         if i >= 2:
             spent += time.perf_counter() - start
             events += int(batch.lengths.sum())

@@ -28,10 +28,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_scale import optimizer_step  # noqa: E402
 from bench_train import build, cpu_name, matmul_gflops  # noqa: E402
 
 from seqenc.atomic import write_text  # noqa: E402
-from seqenc.model.optim import RowSparseAdamW, clip_grad_norm  # noqa: E402
+from seqenc.model.optim import RowSparseAdamW  # noqa: E402
 from seqenc.model.sampled import Proposal  # noqa: E402
 
 
@@ -63,11 +64,7 @@ def time_steps(model, batches: list) -> float:
     spent = []
     for i, batch in enumerate([batches[0], *batches]):
         start = time.perf_counter()
-        loss = model.training_step(batch, i)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_grad_norm(model.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(model, optimizer, batch, i)
         if i:
             spent.append(time.perf_counter() - start)
     return statistics.median(spent)

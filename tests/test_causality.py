@@ -45,6 +45,20 @@ def events(j: int, item_j: int = 7, shift_j: float = 0.0) -> pd.DataFrame:
     )
 
 
+def small_config(vocabs, **options: object) -> EncoderConfig:
+    """A small encoder for the test log's vocabularies, a window of ``N_EVENTS``, no dropout."""
+    return EncoderConfig(
+        n_items=len(vocabs.item),
+        d_model=16,
+        n_heads=2,
+        n_positions=N_EVENTS + 1,
+        dropout=0.0,
+        categorical_sizes=(len(vocabs.categorical["kind"]),),
+        n_numeric=1,
+        **options,
+    )
+
+
 def outputs(config: EncoderConfig, log: pd.DataFrame, vocabs) -> tuple[torch.Tensor, ...]:
     store, _ = build_sequences(log, SCHEMA, keep_newest=None, vocabs=vocabs)
     window = collate(full_view(store), np.array([0]), N_EVENTS)
@@ -73,16 +87,7 @@ def test_position_i_sees_only_events_up_to_i(options, j):
     _, vocabs = build_sequences(
         pd.concat([base, events(j, item_j=8)]), SCHEMA, keep_newest=None
     )  # one vocabulary for every variant of the log
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=16,
-        n_heads=2,
-        n_positions=N_EVENTS + 1,
-        dropout=0.0,
-        categorical_sizes=(len(vocabs.categorical["kind"]),),
-        n_numeric=1,
-        **options,
-    )
+    config = small_config(vocabs, **options)
     before = outputs(config, base, vocabs)
     # the inputs are the first N_EVENTS - 1 events: positions 0 .. N_EVENTS - 2
     for a, b in zip(before, outputs(config, events(j, item_j=8), vocabs), strict=True):
@@ -111,14 +116,8 @@ def test_a_basket_sees_only_earlier_baskets_and_itself(counts, day):
     base = events(j).assign(timestamp=pd.to_datetime(np.array(DAYS) * 86400.0 + 1.7e9, unit="s"))
     changed = base.assign(item_id=np.where(np.arange(N_EVENTS) == j, 8, base["item_id"]))
     _, vocabs = build_sequences(pd.concat([base, changed]), SCHEMA, keep_newest=None)
-    config = EncoderConfig(
-        n_items=len(vocabs.item),
-        d_model=16,
-        n_heads=2,
-        n_positions=N_EVENTS + 1,
-        dropout=0.0,
-        categorical_sizes=(len(vocabs.categorical["kind"]),),
-        n_numeric=1,
+    config = small_config(
+        vocabs,
         repeat_head=True,
         repeat_counts=counts,
         baskets=True,
