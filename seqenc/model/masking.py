@@ -55,6 +55,18 @@ def next_item_targets(items: Tensor, lengths: Tensor, last_target: Tensor | None
     return labels
 
 
+def at_least_one(
+    chosen: Tensor, lengths: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
+    """``chosen`` (``[B, L]`` bool, changed in place) with one uniformly drawn real position set
+    in each row that has events but none chosen: every history gets at least one target."""
+    batch, width = chosen.shape
+    forced = (lengths > 0) & ~chosen.any(dim=1)
+    pick = (uniform((batch,), generator, chosen.device) * lengths).long().clamp(max=width - 1)
+    chosen[torch.arange(batch, device=chosen.device)[forced], pick[forced]] = True
+    return chosen
+
+
 def mask_items(
     items: Tensor,
     lengths: Tensor,
@@ -83,10 +95,7 @@ def mask_items(
     last_only = (uniform((batch,), generator, device) < mask_last_prob)[:, None]
     newest = last_only & (positions == (lengths - 1)[:, None])
     masked = torch.where(last_only, newest, masked)
-    # At-least-one rule: rows with events but no mask get one at a uniformly chosen real position.
-    forced = (lengths > 0) & ~masked.any(dim=1)
-    pick = (uniform((batch,), generator, device) * lengths).long().clamp(max=width - 1)
-    masked[torch.arange(batch, device=device)[forced], pick[forced]] = True
+    masked = at_least_one(masked, lengths, generator)
 
     labels = torch.where(masked, items, IGNORE)
     replacement = torch.full_like(items, MASK)

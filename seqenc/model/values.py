@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from seqenc.model.batch import Batch
-from seqenc.model.masking import uniform
+from seqenc.model.masking import at_least_one, uniform
 
 
 def hide_values(
@@ -25,13 +25,8 @@ def hide_values(
     ``prob`` (``hidden``, ``[B, L]`` bool; at least one an event in a row with events), a withheld
     value replaced by its item's centre ``center`` (``[n_items, n_numeric]``, signed-log units)
     mapped back to the raw scale."""
-    rows, width = batch.items.shape
-    device = batch.items.device
-    real = batch.padding_mask
-    hidden = (uniform((rows, width), generator, device) < prob) & real
-    forced = (batch.lengths > 0) & ~hidden.any(dim=1)
-    pick = (uniform((rows,), generator, device) * batch.lengths).long().clamp(max=width - 1)
-    hidden[torch.arange(rows, device=device)[forced], pick[forced]] = True
+    draws = uniform(tuple(batch.items.shape), generator, batch.items.device)
+    hidden = at_least_one((draws < prob) & batch.padding_mask, batch.lengths, generator)
     typical = center[batch.items].to(batch.numeric.dtype)
     typical = torch.sign(typical) * torch.expm1(typical.abs())  # the inverse of the signed log
     numeric = torch.where(hidden[..., None], typical, batch.numeric)

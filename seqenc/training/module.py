@@ -32,10 +32,9 @@ from seqenc.training.run_options import (
     check_options,
     resolve_encoder,
     resolve_loss,
-    resolve_value_weight,
     shape_mismatch,
 )
-from seqenc.training.self_supervised import SelfSupervised
+from seqenc.training.self_supervised import SelfSupervised, resolve_value_weight
 
 log = logging.getLogger(__name__)
 LabelledBatch = tuple[Batch, torch.Tensor] | list  # a batch of labelled samples and its targets

@@ -206,14 +206,6 @@ def _entity_options(
     return {"item_values": item_values, "group_times": group_times, "time_values": time_values}
 
 
-def resolve_value_weight(weight: float | None, config: EncoderConfig) -> float | None:
-    """``model.value_weight``; ``None`` (auto): 1 where the events carry numbers read per item
-    (the masked values' term can read them), else 0."""
-    if weight is not None:
-        return weight
-    return 1.0 if config.n_numeric and config.numeric_scaling == "per_item" else 0.0
-
-
 def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
     """``(loss, why)``: ``"auto"`` resolved by the catalogue's size (:data:`SAMPLED_FROM_ITEMS`),
     any other name kept; ``why`` is the line the fit prints."""

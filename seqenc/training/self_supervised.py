@@ -11,10 +11,23 @@ from seqenc.model.basket_loss import basket_nll
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.contrastive import info_nce, slice_views
 from seqenc.model.embeddings import signed_log
+from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import compute_loss
 from seqenc.model.repeat import mixture_nll
 from seqenc.model.sampled import window_groups
 from seqenc.model.values import ValueHead, hide_values, value_loss
+
+
+def values_per_item(config: EncoderConfig) -> bool:
+    """Whether the events carry numbers read per item: what the masked values' term needs."""
+    return bool(config.n_numeric) and config.numeric_scaling == "per_item"
+
+
+def resolve_value_weight(weight: float | None, config: EncoderConfig) -> float:
+    """``model.value_weight``; ``None`` (auto): 1 where :func:`values_per_item`, else 0."""
+    if weight is not None:
+        return weight
+    return 1.0 if values_per_item(config) else 0.0
 
 
 class SelfSupervised:
@@ -27,7 +40,7 @@ class SelfSupervised:
         self.value_head = None
         if self.hparams.get("value_weight", 0.0) <= 0:
             return
-        if not self.config.n_numeric or self.config.numeric_scaling != "per_item":
+        if not values_per_item(self.config):
             raise SeqencError(
                 "model.value_weight needs numeric features (data.schema.numeric) read per item "
                 "(model.encoder.numeric_scaling: per_item), so each value has its item's units"
