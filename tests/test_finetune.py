@@ -217,7 +217,8 @@ def test_cv_folds_are_the_probes_and_hold_each_row_out_once():
 def test_a_fine_tuning_fit_prints_its_plan_and_the_aggregates_beside_its_score(tuned):
     printed = tuned[2]
     assert "fine-tuning schedule: 24 steps = 8 epochs of 3 batches over 270 labelled" in printed
-    assert "early stopping: val/score, patience 10 validations" in printed
+    assert "early stopping: val/score on the held-out labelled entities" in printed
+    assert "stop after 10 validations without gain" in printed
     model = next(line for line in printed.splitlines() if line.strip().startswith("model "))
     baseline = next(line for line in printed.splitlines() if "aggregates, logistic" in line)
     assert 0.5 < float(model.split()[1]) <= 1.0  # the checkpoint's held-out ROC-AUC

@@ -43,7 +43,8 @@ from seqenc.errors import SeqencError
 from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
 from seqenc.signals import sigterm_raises
-from seqenc.training.callbacks import Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.training.basket_plan import resolve_stopping, set_basket_schedule
+from seqenc.training.callbacks import PATIENCE, Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.module import SeqencModule
@@ -51,7 +52,6 @@ from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer
 from seqenc.training.saving import AtomicCheckpoint
 
 MAX_EPOCHS = 20
-PATIENCE = 10
 
 
 class OneLineParser(LightningArgumentParser):
@@ -103,7 +103,7 @@ class SeqencCLI(LightningCLI):
             {
                 "early_stopping.monitor": MONITOR,
                 "early_stopping.mode": "max",
-                "early_stopping.patience": PATIENCE,
+                "early_stopping.patience": None,  # PATIENCE, or the fit's own (basket_plan)
             }
         )
 
@@ -163,27 +163,23 @@ class SeqencCLI(LightningCLI):
         self.check_run("fit")
         if self.trainer.is_global_zero:
             print(self.datamodule.vocabs.describe())
+        stopping = next(
+            (c for c in self.trainer.callbacks if isinstance(c, ConfiguredEarlyStopping)), None
+        )
         if self.model.encoder.head is not None:  # fine-tuning: the labelled score picks
-            self._fine_tuning()
-
-    def _fine_tuning(self) -> None:
-        """A fit with a label head: the labelled validation score picks the checkpoint and drives
-        early stopping, the schedule comes from the labelled rows, and the aggregates' score is
-        printed beside the model's after the test (:class:`LabelBaselines`)."""
-        stopping = None
-        for callback in self.trainer.callbacks:
-            if getattr(callback, "monitor", None) == MONITOR:
-                callback.monitor = LABEL_MONITOR
-            if isinstance(callback, ConfiguredEarlyStopping):
-                stopping = callback
-        why = set_label_schedule(self.trainer, self.datamodule, self.model.hparams.label_steps)
-        if self.trainer.is_global_zero:
-            print(why)
-            if stopping is not None:
-                print(
-                    f"early stopping: {LABEL_MONITOR}, patience {stopping.patience} validations "
-                    f"(one an epoch), none before {stopping.min_share:.0%} of the schedule"
-                )
+            for callback in self.trainer.callbacks:
+                if getattr(callback, "monitor", None) == MONITOR:
+                    callback.monitor = LABEL_MONITOR
+            steps = self.model.hparams.label_steps
+            lines = [set_label_schedule(self.trainer, self.datamodule, steps)]
+            lines += resolve_stopping(stopping, "the held-out labelled entities", picks=True)
+        elif self.model.spec.baskets:  # the next basket: validation asks what the test asks
+            steps = self.model.hparams.basket_steps
+            lines = set_basket_schedule(self.trainer, self.datamodule, steps, stopping)
+        else:
+            lines = resolve_stopping(stopping, "the event before the newest", picks=False)
+        if lines and self.trainer.is_global_zero:
+            print("\n".join(lines))
 
     def check_before_start(self) -> None:
         """What fails before anything is seeded or built (so before Lightning's banner): a seed
@@ -366,7 +362,7 @@ def _defaults() -> dict[str, object]:
         "trainer.max_epochs": MAX_EPOCHS,
         "trainer.accelerator": "auto",
         "trainer.devices": "auto",
-        "early_stopping.patience": PATIENCE,
+        "early_stopping.patience": f"null: {PATIENCE}, a next-basket fit's own",
     }
     for section, cls in (("data", SequenceDataModule), ("model", SeqencModule)):
         for name, p in inspect.signature(cls).parameters.items():

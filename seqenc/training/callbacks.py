@@ -17,6 +17,8 @@ from seqenc.errors import SeqencError
 from seqenc.training.baselines import Reduce, baseline_metrics, baseline_names
 from seqenc.training.checkpoint import bundle_from_checkpoint
 
+PATIENCE = 10  # validations without gain before a run stops, unless the fit sets its own
+
 
 class ConfiguredEarlyStopping(EarlyStopping):
     """Early stopping that never ends a run in an early dip, and whose ``patience`` is the config's
@@ -25,27 +27,40 @@ class ConfiguredEarlyStopping(EarlyStopping):
     ``min_share``: no stop before this share of ``max_epochs`` has run. On real event logs the
     validation curve can rise for a few epochs, fall for several while the learning rate is high,
     then climb for the rest of the schedule; a fixed patience stops every run at the bottom of
-    that dip. After ``min_share`` of the schedule, a run stops when ``patience`` epochs brought no
-    improvement on the best score so far (the dip included).
+    that dip. After ``min_share`` of the schedule, a run stops when ``patience`` validations
+    brought no improvement on the best score so far (the dip included). ``patience`` ``None``:
+    :data:`PATIENCE`, or the run's own (:meth:`resolve`: a next-basket fit's).
 
     ``keep``: the weights the run tests and bundles. ``"best"``: the best validation checkpoint.
     ``"last"``: the end of the learning-rate schedule; the run never stops early. For logs whose
     validation target is not the kind of event the test asks for (a process log: validation asks
     for a mid-case state, the test for the closing one) the validation curve is flat noise, and
-    its best epoch can be an early one whose repeat gate is not yet calibrated.
+    its best epoch can be an early one whose repeat gate is not yet calibrated. ``"auto"``: best
+    where validation asks what the test asks (a next basket, a label), else last (:meth:`resolve`,
+    when the fit starts).
     """
 
     def __init__(
         self,
         *args,
+        patience: int | None = None,
         min_share: float = 0.5,
-        keep: Literal["best", "last"] = "best",
+        keep: Literal["best", "last", "auto"] = "best",
         **kwargs,
     ) -> None:
-        check_stopping(kwargs.get("mode", "min"), kwargs.get("patience", 3), min_share)
-        super().__init__(*args, **kwargs)
+        check_stopping(kwargs.get("mode", "min"), patience, min_share, keep)
+        super().__init__(*args, patience=PATIENCE if patience is None else patience, **kwargs)
         self.min_share = min_share
         self.keep = keep
+        self.options = {"patience": patience, "keep": keep}  # as given: None / auto resolve
+
+    def resolve(self, picks: bool, patience: int = PATIENCE) -> None:
+        """Settle the automatic options: ``keep`` ``auto`` is best when validation ``picks``
+        (it asks what the test asks), else last; a ``None`` patience becomes ``patience``."""
+        if self.keep == "auto":
+            self.keep = "best" if picks else "last"
+        if self.options["patience"] is None:
+            self.patience = patience
 
     def _run_early_stopping_check(self, trainer: pl.Trainer) -> None:
         if self.monitor not in trainer.callback_metrics:
@@ -62,12 +77,15 @@ class ConfiguredEarlyStopping(EarlyStopping):
         self.patience = patience
 
 
-def check_stopping(mode: object, patience: object, min_share: object) -> None:
+def check_stopping(mode: object, patience: object, min_share: object, keep: object) -> None:
     """One line unless early stopping's ``mode`` is min or max, ``patience`` a whole number >= 0
-    and ``min_share`` a number in [0, 1] (when the callback is built: before the banner)."""
+    (or ``None``: automatic), ``min_share`` a number in [0, 1] and ``keep`` best, last or auto
+    (when the callback is built: before the banner)."""
     if mode not in ("min", "max"):
         raise SeqencError(f"early_stopping.mode must be min or max, got {mode!r}")
-    check_count(patience, "early_stopping.patience", low=0)
+    check_count(patience, "early_stopping.patience", low=0, optional=True)
+    if keep not in ("best", "last", "auto"):
+        raise SeqencError(f"early_stopping.keep must be best, last or auto, got {keep!r}")
     share = isinstance(min_share, (int, float)) and not isinstance(min_share, bool)
     if not (share and 0 <= min_share <= 1):
         raise SeqencError(f"early_stopping.min_share must be a number in [0, 1], got {min_share!r}")

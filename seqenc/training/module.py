@@ -81,6 +81,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             repeats (MovieLens-style logs); where repeats are common, ranking them is the task.
         basket_positives: with baskets, what a basket trains on: ``"one"`` item of the next basket
             drawn per line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`).
+        basket_steps: with baskets, the fit's optimizer steps; ``None``: from the log's training
+            windows (:func:`~seqenc.training.basket_plan.basket_schedule`, printed).
         ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
             basket protocol, ``spec.baskets``: :class:`~seqenc.training.metrics.BasketMetrics`).
         init_from: a bundle whose encoder weights start the training (the CLI reads the data with
@@ -119,6 +121,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         warmup_steps: int = 100,
         filter_seen: bool | None = None,
         basket_positives: Literal["one", "all"] = "one",
+        basket_steps: int | None = None,
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
         class_weights: ClassWeights = "auto",
@@ -142,8 +145,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         defaults = inspect.signature(SeqencModule.__init__).parameters
         check_options(options, self.config, {name: p.default for name, p in defaults.items()})
-        repeats = spec.repeat_share >= REPEAT_SHARE
-        self.filter_seen = not repeats if filter_seen is None else filter_seen
+        self.filter_seen = spec.repeat_share < REPEAT_SHARE if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
         self.hparams.update(
             encoder=asdict(self.config), filter_seen=self.filter_seen, loss=self.loss

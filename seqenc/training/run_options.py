@@ -281,6 +281,11 @@ def _check_repeat_options(options: dict[str, Any], encoder: EncoderConfig) -> No
             "model.basket_positives all trains on next baskets: it needs the basket protocol "
             "(data.baskets true, or null on a log whose newest events share their time)"
         )
+    steps = options.get("basket_steps")
+    check_count(steps, "model.basket_steps", optional=True)
+    if steps is not None and not (encoder.baskets and not options.get("labels")):
+        why = "it sets a next-basket fit's schedule, and the basket protocol is off"
+        raise ignored("model.basket_steps", steps, why + " or a label head trains (label_steps)")
     if encoder.repeat_counts and not encoder.repeat_head:
         raise SeqencError(
             "model.encoder.repeat_counts reads the repeat head's purchases: it needs "

@@ -1,0 +1,105 @@
+"""How a next-basket fit trains: a schedule sized from the log, stopped on the basket metric.
+
+Validation asks what the test asks (the basket before the newest, the same
+:class:`~seqenc.training.metrics.BasketMetrics`), so it picks the checkpoint and stops the run
+(``early_stopping.keep: auto``, :func:`set_basket_schedule`); the schedule's length reads the
+log's training windows (:func:`basket_schedule`), so its cost grows with the log's lines.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning.pytorch as pl
+
+from seqenc.data.datamodule import SequenceDataModule
+from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
+
+BASKET_EPOCHS = 8
+MIN_BASKET_STEPS = 200
+MAX_BASKET_STEPS = 2000
+BASKET_PATIENCE = 2
+
+
+def basket_schedule(
+    batches_per_epoch: int,
+    basket_steps: int | None,
+    max_steps: int = -1,
+    max_epochs: int | None = None,
+) -> tuple[int, int, str]:
+    """``(steps, epochs, why)`` of a next-basket fit with ``batches_per_epoch`` training batches:
+    ``basket_steps`` if given, else :data:`BASKET_EPOCHS` epochs, moved to the nearest whole
+    number of epochs within ``[MIN_BASKET_STEPS, MAX_BASKET_STEPS]`` (at most the latter within
+    one epoch), then capped by ``max_steps`` (>= 0) and ``max_epochs`` (a cap that ends inside an
+    epoch ends at the last whole one, unless it is below one epoch)."""
+    batches = max(1, batches_per_epoch)
+    if basket_steps is not None:
+        steps, how = basket_steps, "model.basket_steps"
+    else:
+        fewest, most = math.ceil(MIN_BASKET_STEPS / batches), MAX_BASKET_STEPS // batches
+        steps = min(min(max(BASKET_EPOCHS, fewest), max(1, most)) * batches, MAX_BASKET_STEPS)
+        how = (
+            f"auto: {BASKET_EPOCHS} epochs within [{MIN_BASKET_STEPS:,}, "
+            f"{MAX_BASKET_STEPS:,}] steps; model.basket_steps sets it"
+        )
+        caps = [(max_steps, "trainer.max_steps")] if max_steps >= 0 else []
+        caps += [(max_epochs * batches, "trainer.max_epochs")] if max_epochs else []
+        for cap, name in caps:
+            if cap < steps:
+                steps = cap // batches * batches or cap
+                how = f"auto, capped by {name}"
+    epochs = max(1, math.ceil(steps / batches))
+    why = (
+        f"basket schedule: {steps:,} steps = {epochs} epoch{'s' * (epochs > 1)} of {batches} "
+        f"batches ({how})"
+    )
+    return steps, epochs, why
+
+
+def set_basket_schedule(
+    trainer: pl.Trainer,
+    datamodule: SequenceDataModule,
+    basket_steps: int | None,
+    stopping: ConfiguredEarlyStopping | None,
+) -> list[str]:
+    """Give ``trainer`` the next-basket schedule of ``datamodule``'s training windows
+    (:func:`basket_schedule`; the epochs too, so early stopping's share of the schedule holds),
+    and resolve ``stopping``'s automatic options: the best validation checkpoint is kept, every
+    epoch validates, the patience is :data:`BASKET_PATIENCE`. Returns the lines to print."""
+    batches = math.ceil(len(datamodule.train_dataloader()) / max(1, trainer.world_size))
+    steps, epochs, why = basket_schedule(
+        batches, basket_steps, trainer.max_steps, trainer.max_epochs
+    )
+    trainer.fit_loop.max_epochs = epochs
+    trainer.fit_loop.epoch_loop.max_steps = steps
+    if stopping is not None and stopping.options["keep"] == "auto":
+        trainer.check_val_every_n_epoch = 1  # validation picks the checkpoint: every epoch
+    return [why] + resolve_stopping(
+        stopping, "the next basket, as the test", picks=True, patience=BASKET_PATIENCE
+    )
+
+
+def resolve_stopping(
+    stopping: ConfiguredEarlyStopping | None,
+    target: str,
+    picks: bool,
+    patience: int = PATIENCE,
+) -> list[str]:
+    """Settle ``stopping``'s automatic options (:meth:`ConfiguredEarlyStopping.resolve`: the best
+    validation kept where validation ``picks``, a ``None`` patience ``patience``) and return the
+    line to print: what validation scores (``target``), what is kept, when the run stops; none
+    where nothing was automatic and validation picks nothing."""
+    if stopping is None:
+        return []
+    automatic = stopping.options["keep"] == "auto" or stopping.options["patience"] is None
+    stopping.resolve(picks, patience)
+    if not (picks or stopping.options["keep"] == "auto"):
+        return []
+    if stopping.keep == "last":
+        return [f"early stopping: off (validation on {target}); the end of the schedule is kept"]
+    how = "auto" if automatic else "early_stopping"
+    return [
+        f"early stopping: {stopping.monitor} on {target}, the best validation kept; stop after "
+        f"{stopping.patience} validations without gain, none before {stopping.min_share:.0%} of "
+        f"the schedule ({how})"
+    ]
