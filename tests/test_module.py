@@ -183,9 +183,10 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     options = [
         p
         for p in inspect.signature(SeqencModule).parameters
-        # init_from: tests/test_finetune.py; basket_positives needs a basket log and only picks
-        # the loss's terms (tests/test_purchases.py)
-        if p not in ("spec", "encoder", "init_from", "basket_positives")
+        # init_from: tests/test_finetune.py; basket_positives and basket_steps need a basket log
+        # and only pick the loss's terms (tests/test_purchases.py) and the schedule
+        # (tests/test_basket_plan.py)
+        if p not in ("spec", "encoder", "init_from", "basket_positives", "basket_steps")
     ]
     # recency is refused for new models (tested below); the data decides the others
     options += sorted(ENCODER_FIELDS - set(FROM_DATA) - {"recency"})
@@ -247,7 +248,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
             {"encoder": replace(SMALL, repeat_head=False, repeat_counts=True)},
             "model.encoder.repeat_counts reads the repeat head's purchases",
         ),
-        ({"basket_positives": "some"}, "model.basket_positives must be 'one' or 'all'"),
+        ({"basket_positives": "some"}, "model.basket_positives must be 'one', 'all' or 'auto'"),
         ({"basket_positives": "all"}, "model.basket_positives all trains on next baskets"),
     ],
 )

@@ -44,7 +44,9 @@ class EncoderConfig:
         repeat_counts: (with ``repeat_head``) the copy attention reads each history item's number
             of purchases and the time since its newest one (:func:`~seqenc.model.repeat.purchase_features`:
             one key per item, a learned bias per cell of the two log buckets) instead of scoring
-            every past event alone. Off in bundles written without the field.
+            every past event alone. ``None`` (the default):
+            :class:`~seqenc.training.module.SeqencModule` decides (on under the basket protocol);
+            a bare encoder and bundles written without the field have it off.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -93,7 +95,7 @@ class EncoderConfig:
     query_time: bool = True
     time_bias: bool = False
     repeat_head: bool | None = None
-    repeat_counts: bool = False
+    repeat_counts: bool | None = None
     recency: bool = False
     n_time_buckets: int = 64
     categorical_sizes: tuple[int, ...] = ()

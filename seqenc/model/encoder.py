@@ -158,7 +158,7 @@ class SequenceEncoder(nn.Module):
                 config.n_time_buckets,
                 config.time,
                 config.query_time,
-                counts=config.repeat_counts,
+                counts=bool(config.repeat_counts),
                 baskets=config.baskets,
             )
             if config.repeat_head

@@ -9,10 +9,14 @@ log's training windows (:func:`basket_schedule`), so its cost grows with the log
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import lightning.pytorch as pl
 
+from seqenc.data.bounds import check_count
 from seqenc.data.datamodule import SequenceDataModule
+from seqenc.errors import SeqencError, ignored
+from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
 
 BASKET_EPOCHS = 8
@@ -103,3 +107,35 @@ def resolve_stopping(
         f"{stopping.patience} validations without gain, none before {stopping.min_share:.0%} of "
         f"the schedule ({how})"
     ]
+
+
+def resolve_positives(option: str, config: EncoderConfig) -> str:
+    """``model.basket_positives``: ``"auto"`` is ``"all"`` under the basket protocol, else
+    ``"one"``; any other value kept."""
+    if option != "auto":
+        return option
+    return "all" if config.baskets else "one"
+
+
+def check_basket_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
+    """Refuse, in one line, a basket or purchase-count option that cannot apply."""
+    positives = options.get("basket_positives", "one")
+    if positives not in ("one", "all", "auto"):
+        raise SeqencError(
+            f"model.basket_positives must be 'one', 'all' or 'auto', got {positives!r}"
+        )
+    if positives == "all" and not encoder.baskets:
+        raise SeqencError(
+            "model.basket_positives all trains on next baskets: it needs the basket protocol "
+            "(data.baskets true, or null on a log whose newest events share their time)"
+        )
+    steps = options.get("basket_steps")
+    check_count(steps, "model.basket_steps", optional=True)
+    if steps is not None and not (encoder.baskets and not options.get("labels")):
+        why = "it sets a next-basket fit's schedule, and the basket protocol is off"
+        raise ignored("model.basket_steps", steps, why + " or a label head trains (label_steps)")
+    if encoder.repeat_counts and not encoder.repeat_head:
+        raise SeqencError(
+            "model.encoder.repeat_counts reads the repeat head's purchases: it needs "
+            "model.encoder.repeat_head true (or null on a log with repeats)"
+        )

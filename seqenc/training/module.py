@@ -24,6 +24,7 @@ from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.sampled import Proposal
+from seqenc.training.basket_plan import resolve_positives
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
@@ -80,7 +81,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             is then a miss). ``None``: on when fewer than ``REPEAT_SHARE`` of the events are
             repeats (MovieLens-style logs); where repeats are common, ranking them is the task.
         basket_positives: with baskets, what a basket trains on: ``"one"`` item of the next basket
-            drawn per line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`).
+            drawn per line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`);
+            ``"auto"``: all under the basket protocol (printed at fit time, saved resolved).
         basket_steps: with baskets, the fit's optimizer steps; ``None``: from the log's training
             windows (:func:`~seqenc.training.basket_plan.basket_schedule`, printed).
         ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
@@ -120,7 +122,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
         filter_seen: bool | None = None,
-        basket_positives: Literal["one", "all"] = "one",
+        basket_positives: Literal["one", "all", "auto"] = "auto",
         basket_steps: int | None = None,
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
@@ -137,9 +139,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             if objective == "causal"
             else Masked(mask_prob, replace_rule, mask_last_prob)
         )
-        if isinstance(encoder, dict):  # load_from_checkpoint passes the saved hyper-parameters
-            encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
-        self.config = resolve_encoder(encoder, spec, self.objective)
+        self.config = resolve_encoder(encoder, spec, self.objective)  # or a checkpoint's dict
+        self.hparams.basket_positives = resolve_positives(basket_positives, self.config)
         self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
@@ -362,6 +363,14 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        if self.config.baskets:
+            positives = self.hparams.basket_positives
+            rank_zero_info(
+                f"next baskets: trains on {'every item' if positives == 'all' else 'one item'} "
+                f"of the next basket (model.basket_positives {positives}); the repeat head "
+                f"{'reads' if self.config.repeat_counts else 'does not read'} purchase counts "
+                f"(model.encoder.repeat_counts {str(self.config.repeat_counts).lower()})"
+            )
         if self.value_head is not None:
             rank_zero_info(
                 f"masked values: weight {self.hparams.value_weight} (a share model.mask_prob of "

@@ -10,12 +10,13 @@ from typing import Any
 
 from seqenc.data.bounds import check_count
 from seqenc.data.spec import DataSpec
-from seqenc.errors import SeqencError
+from seqenc.errors import SeqencError, ignored
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import LOSSES, MATMUL_DTYPES
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import SAMPLERS
+from seqenc.training.basket_plan import check_basket_options
 from seqenc.training.label_plan import check_label_options
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
@@ -132,7 +133,7 @@ def shape_mismatch(saved: dict[str, Any], config: EncoderConfig, spec: DataSpec)
 
 
 def resolve_encoder(
-    encoder: EncoderConfig, spec: DataSpec, objective: Causal | Masked
+    encoder: EncoderConfig | dict[str, Any], spec: DataSpec, objective: Causal | Masked
 ) -> EncoderConfig:
     """``encoder`` with the fields the data decides set from ``spec`` and the objective
     (:data:`FROM_DATA`; one set otherwise is refused, in one line, rather than ignored), and its
@@ -141,7 +142,11 @@ def resolve_encoder(
     ``repeat_head`` ``None`` on for the causal objective when at least ``REPEAT_SHARE`` of the
     events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item when the log
     has numeric features; ``time_values`` and ``item_values`` ``None`` on for a model without
-    causal attention (the entity model of a label head), the latter with values read per item."""
+    causal attention (the entity model of a label head), the latter with values read per item;
+    ``repeat_counts`` ``None`` on with the repeat head under the basket protocol. ``encoder`` may
+    be a saved configuration's fields (a checkpoint's hyper-parameters)."""
+    if isinstance(encoder, dict):
+        encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
     data = {
         "n_items": spec.n_items,
         "n_positions": spec.history_len + 1,
@@ -179,7 +184,13 @@ def resolve_encoder(
         query_time=use_time and encoder.query_time,
         time_bias=use_time and encoder.time_bias,
         repeat_head=repeat_head,
+        repeat_counts=_auto(encoder.repeat_counts, repeat_head and data["baskets"]),
     )
+
+
+def _auto(option: bool | None, default: bool) -> bool:
+    """A switch whose ``None`` (auto) takes ``default``."""
+    return default if option is None else option
 
 
 def _entity_options(
@@ -271,28 +282,6 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _check_repeat_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
-    """Refuse, in one line, a basket or purchase-count option that cannot apply."""
-    positives = options.get("basket_positives", "one")
-    if positives not in ("one", "all"):
-        raise SeqencError(f"model.basket_positives must be 'one' or 'all', got {positives!r}")
-    if positives == "all" and not encoder.baskets:
-        raise SeqencError(
-            "model.basket_positives all trains on next baskets: it needs the basket protocol "
-            "(data.baskets true, or null on a log whose newest events share their time)"
-        )
-    steps = options.get("basket_steps")
-    check_count(steps, "model.basket_steps", optional=True)
-    if steps is not None and not (encoder.baskets and not options.get("labels")):
-        why = "it sets a next-basket fit's schedule, and the basket protocol is off"
-        raise ignored("model.basket_steps", steps, why + " or a label head trains (label_steps)")
-    if encoder.repeat_counts and not encoder.repeat_head:
-        raise SeqencError(
-            "model.encoder.repeat_counts reads the repeat head's purchases: it needs "
-            "model.encoder.repeat_head true (or null on a log with repeats)"
-        )
-
-
 def check_options(
     options: dict[str, Any], encoder: EncoderConfig, defaults: dict[str, Any]
 ) -> None:
@@ -321,7 +310,7 @@ def check_options(
             "mixture computes its exact catalogue term itself; drop them, or set "
             "model.loss sampled_softmax"
         )
-    _check_repeat_options(options, encoder)
+    check_basket_options(options, encoder)
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     lr, decay = options["lr"], options["weight_decay"]
     if not (_real(lr) and lr >= 0 and _real(decay) and decay >= 0):
@@ -349,11 +338,6 @@ def check_options(
         )
     check_label_options(options["class_weights"], options["label_steps"], options.get("labels"))
     check_ignored(options, defaults)
-
-
-def ignored(option: str, value: object, why: str) -> SeqencError:
-    """The one line of an option the run would not read: which, why, and to drop it."""
-    return SeqencError(f"{option} would be ignored: {why}; drop it (got {value!r})")
 
 
 def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
