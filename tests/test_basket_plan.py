@@ -11,8 +11,12 @@ import pytest
 import torch
 
 from seqenc.cli import main
+from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import build_sequences
+from seqenc.data.spec import DataSpec
 from seqenc.data.synthetic import generate_events
 from seqenc.errors import SeqencError
+from seqenc.model.encoder import EncoderConfig
 from seqenc.training.basket_plan import (
     BASKET_EPOCHS,
     BASKET_PATIENCE,
@@ -23,6 +27,7 @@ from seqenc.training.basket_plan import (
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.module import SeqencModule
+from seqenc.training.run_options import REPEAT_SHARE
 
 # a validation curve that peaks at epoch 2, dips for two epochs, then would climb again
 CURVE = [0.10, 0.20, 0.30, 0.25, 0.28, 0.29, 0.50, 0.60]
@@ -156,3 +161,31 @@ def test_basket_steps_without_the_basket_protocol_is_refused(tmp_path, monkeypat
               "--model.basket_steps", "100"])  # fmt: skip
     err = capsys.readouterr().err
     assert "model.basket_steps would be ignored" in err and "basket protocol is off" in err
+
+
+@pytest.mark.parametrize("baskets", [True, False])
+@pytest.mark.parametrize("repeats", [0.5, 0.0])
+def test_the_next_basket_defaults_follow_the_basket_protocol(baskets, repeats):
+    """``basket_positives`` auto trains on every item of the next basket, and ``repeat_counts``
+    null reads purchase counts, exactly where the basket protocol is on (and, for the counts,
+    the repeat head: a log with repeats); saved resolved. Set values are kept."""
+    log = pd.DataFrame(
+        {
+            "entity_id": ["a"] * 6,
+            "item_id": [1, 2, 1, 3, 1, 2],
+            "timestamp": pd.to_datetime([1, 1, 2, 2, 3, 3], unit="D", utc=True),
+        }
+    )
+    _, vocabs = build_sequences(log)
+    spec = DataSpec(EventSchema(), vocabs, 8, repeats, baskets=baskets)
+    module = SeqencModule(spec, encoder=EncoderConfig(d_model=8))
+    head = repeats >= REPEAT_SHARE
+    assert module.config.repeat_head == head
+    assert module.config.repeat_counts == (baskets and head)
+    assert module.hparams.basket_positives == ("all" if baskets else "one")
+    assert module.hparams.encoder["repeat_counts"] == (baskets and head)
+    if baskets and head:
+        given = SeqencModule(
+            spec, encoder=EncoderConfig(d_model=8, repeat_counts=False), basket_positives="one"
+        )
+        assert (given.config.repeat_counts, given.hparams.basket_positives) == (False, "one")
