@@ -51,15 +51,17 @@ def naive_stop(curve: list[float], patience: int, min_share: float, epochs: int)
         (7, None, -1, None, 203, 29),  # a small log: at least MIN_BASKET_STEPS, whole epochs
         (600, None, -1, None, 1800, 3),  # a large one: at most MAX_BASKET_STEPS, whole epochs
         (2500, None, -1, None, 2000, 1),  # ... within its one epoch
-        (108, None, 2000, 40, 864, 8),  # clicks.yaml's caps do not bind
+        (108, None, 2000, 40, 540, 5),  # clicks.yaml's caps do not bind
         (108, None, 500, None, 432, 4),  # a cap inside an epoch ends at the last whole one
+        (108, None, 216, None, 216, 2),  # ... at a whole epoch itself
         (108, None, 50, None, 50, 1),  # ... unless it is below one epoch
         (3, None, -1, 8, 24, 8),  # trainer.max_epochs caps it too
         (108, 1000, 500, 2, 1000, 10),  # model.basket_steps sets it exactly
     ],
 )
 def test_the_schedule_is_sized_from_the_log(batches, given, max_steps, max_epochs, steps, epochs):
-    assert MIN_BASKET_STEPS == 200 and MAX_BASKET_STEPS == 2000  # the cases above assume them
+    # the cases above assume these bounds
+    assert (BASKET_EPOCHS, MIN_BASKET_STEPS, MAX_BASKET_STEPS) == (5, 200, 2000)
     got = basket_schedule(batches, given, max_steps, max_epochs)
     assert got[:2] == (steps, epochs)
     assert got[2].startswith(f"basket schedule: {steps:,} steps = {epochs} epoch")

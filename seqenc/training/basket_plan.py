@@ -19,7 +19,7 @@ from seqenc.errors import SeqencError, ignored
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
 
-BASKET_EPOCHS = 8
+BASKET_EPOCHS = 5
 MIN_BASKET_STEPS = 200
 MAX_BASKET_STEPS = 2000
 BASKET_PATIENCE = 2
