@@ -63,6 +63,7 @@ class TokenEmbedding(nn.Module):
         time_values: bool = False,
         item_values: bool = False,
         causal: bool = True,
+        missing_values: bool = False,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
@@ -93,6 +94,11 @@ class TokenEmbedding(nn.Module):
                 nn.Linear(width, d_model), nn.GELU(), nn.Linear(d_model, d_model)
             )
         self.item_values = item_values and self.value is not None
+        # One vector per numeric column, added where its value was not recorded (NaN); zero at
+        # the start (init_weights), so an unrecorded value first reads as its item's typical one.
+        self.missing = (
+            nn.Parameter(torch.zeros(n_numeric, d_model)) if n_numeric and missing_values else None
+        )
         self.causal = causal
         self.time = (
             nn.Sequential(nn.Linear(3, d_model), nn.GELU(), nn.Linear(d_model, d_model))
@@ -128,14 +134,26 @@ class TokenEmbedding(nn.Module):
                 f"{n_numeric} (EncoderConfig.n_numeric)"
             )
         if self.numeric is not None:
-            logs = signed_log(numeric)
-            x.add_(self.numeric(logs))
-            if self.value is not None:
-                z = self.standardised(logs, items)
-                if self.item_values:
-                    z = torch.cat([z, self.item(items)], dim=-1)
-                x.add_(self.value(z))
+            self.add_values(x, numeric, items)
         return x
+
+    def add_values(self, x: Tensor, numeric: Tensor, items: Tensor) -> None:
+        """Add to ``x`` what the events' numeric values say. A value not recorded (NaN) says
+        nothing of a number: it reads as its item's centre (0 without per-item statistics), so
+        its standardised value is 0, and its column's not-recorded vector (:attr:`missing`) is
+        added, so that it was not recorded stays visible."""
+        unrecorded = torch.isnan(numeric)
+        logs = signed_log(torch.where(unrecorded, torch.zeros_like(numeric), numeric))
+        if self.value is not None:
+            logs = torch.where(unrecorded, self.numeric_center[items].to(logs.dtype), logs)
+        x.add_(self.numeric(logs))
+        if self.value is not None:
+            z = self.standardised(logs, items)
+            if self.item_values:
+                z = torch.cat([z, self.item(items)], dim=-1)
+            x.add_(self.value(z))
+        if self.missing is not None:
+            x.add_(unrecorded.to(self.missing.dtype) @ self.missing)
 
     def context(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
         """``[B, L, d]`` where each token stands: its position and its time inputs (gap buckets,
@@ -261,7 +279,8 @@ class RotaryEmbedding(nn.Module):
 
 
 def init_weights(module: nn.Module, n_layers: int) -> None:
-    """nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases and PAD rows."""
+    """nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases, PAD
+    rows and not-recorded vectors (:attr:`TokenEmbedding.missing`)."""
     for name, param in module.named_parameters():
         if name.endswith("bias"):
             nn.init.zeros_(param)
@@ -273,3 +292,5 @@ def init_weights(module: nn.Module, n_layers: int) -> None:
         if isinstance(sub, nn.Embedding) and sub.padding_idx is not None:
             with torch.no_grad():
                 sub.weight[sub.padding_idx].zero_()
+        if isinstance(sub, TokenEmbedding) and sub.missing is not None:
+            nn.init.zeros_(sub.missing)

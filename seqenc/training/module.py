@@ -170,8 +170,10 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             )
         state = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
         shapes = {k: tuple(v.shape) for k, v in self.encoder.state_dict().items()}
+        # a bundle written before the not-recorded vectors: they keep their start, zero
+        fresh = {"embed.missing"} - set(state)
         if {k: tuple(v.shape) for k, v in state.items()} != {
-            k: v for k, v in shapes.items() if not k.startswith("head.")
+            k: v for k, v in shapes.items() if not k.startswith("head.") and k not in fresh
         }:
             why = shape_mismatch(asdict(meta.encoder), self.config, self.spec)
             raise SeqencError(f"model.init_from {path}: its weights do not fit this model: {why}")
