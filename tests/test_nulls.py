@@ -269,7 +269,8 @@ def test_update_equals_encode_on_a_log_with_nulls(tmp_path):
     enc = load_encoder(path, "cpu")
     cut = events["timestamp"].quantile(0.7)
     old, new = events[events["timestamp"] <= cut], events[events["timestamp"] > cut]
-    got, _ = enc.update(enc.state(old), new, output="numpy")
+    saved = enc.state(old).save(tmp_path / "state.safetensors")  # NaN kept in the file
+    got, _ = enc.update(enc.load_state(saved), new, output="numpy")
     want = enc.encode(events, output="numpy")
     assert list(got.entity_ids) == list(want.entity_ids)
     assert np.abs(got.embeddings - want.embeddings).max() <= 1e-5
@@ -362,3 +363,24 @@ def test_the_vectors_are_on_for_a_log_with_numbers_and_refused_without():
     ).config.missing_values
     with pytest.raises(SeqencError, match="missing_values would be ignored"):
         SeqencModule(plain, encoder=EncoderConfig(d_model=8, n_heads=2, missing_values=True))
+
+
+def test_a_fit_on_a_log_with_nulls_trains_the_vectors_and_stays_finite(tmp_path):
+    """Two steps of the masked objective with masked values: the statistics, the losses and the
+    weights stay finite and the not-recorded vector of the column learns."""
+    import lightning.pytorch as pl
+
+    events = with_nulls(tiny_events(40, seed=4), share=0.5)
+    data = SequenceDataModule(events, schema=SCHEMA, history_len=16, batch_size=16)
+    encoder = EncoderConfig(d_model=16, n_heads=2, n_layers=1, dropout=0.0)
+    module = SeqencModule(data.spec, objective="masked", encoder=encoder, value_weight=1.0)
+    trainer = pl.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(module, data)
+    embed = module.encoder.embed
+    assert torch.isfinite(embed.numeric_center).all() and torch.isfinite(embed.numeric_scale).all()
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+    assert embed.missing.abs().sum() > 0
+    assert all(np.isfinite(float(v)) for k, v in trainer.callback_metrics.items() if "train" in k)
