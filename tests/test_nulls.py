@@ -67,6 +67,16 @@ def test_null_nan_and_blank_numbers_are_read_as_nan():
     assert np.isnan(got[0]) and got[1] == 2.0
     every = pa.table({"entity_id": [1], "item_id": [1], "timestamp": [0], "x": pa.nulls(1)})
     assert np.isnan(read_events(every, EventSchema(numeric=("x",)))["x"].to_numpy()).all()
+    base = frame.iloc[:3, :3]
+    for x in (
+        pd.array([1, pd.NA, 2], dtype="Int64"),
+        pd.array([1.0, pd.NA, 2.0], dtype="Float64"),
+        pd.Series([1, None, 2.0], dtype=object),
+    ):
+        got = read_events(base.assign(x=x), EventSchema(numeric=("x",)))["x"].to_numpy()
+        np.testing.assert_array_equal(np.isnan(got), [False, True, False])
+    nothing = base.assign(x=pd.Series([None] * 3, dtype=object))
+    assert np.isnan(read_events(nothing, EventSchema(numeric=("x",)))["x"].to_numpy()).all()
 
 
 def test_a_csv_with_empty_cells_reads_them_as_not_recorded(tmp_path):

@@ -4,7 +4,8 @@ A heart rate of 80 and a lactate of 2 live on different scales; a value standard
 centre and scale says how unusual it is for that item. Both are taken on the signed log of the
 values (the model's :func:`~seqenc.model.embeddings.signed_log`) and shrunk towards the whole log's
 statistics by :data:`PRIOR_EVENTS` pseudo-events, so a rare item reads as an average one rather
-than as its few values. Numpy only; the model stores the result with its weights.
+than as its few values. A value not recorded (NaN) is left out. Numpy only; the model stores the
+result with its weights.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 A token vector is the sum of its parts (item, learned position, time-gap buckets, each categorical
 feature, a linear map of the numeric features), so every part is optional without changing shapes.
+A number not recorded (NaN) reads as its item's typical one plus its column's not-recorded vector
+(:meth:`TokenEmbedding.add_values`).
 The time gaps are causal-safe: ``dt_prev`` (the gap from the previous event) and the query gap (from
 the event to the time its position predicts for, see :attr:`~seqenc.model.batch.Batch.query_gaps`).
 ``recency`` (the gap to the reference time) exists only to load bundles written before the query
