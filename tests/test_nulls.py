@@ -345,6 +345,28 @@ def test_a_bundle_written_before_the_not_recorded_vectors_loads_and_encodes_the_
     np.testing.assert_allclose(got, before, atol=1e-6, rtol=0)
 
 
+def test_a_per_item_bundle_of_the_previous_version_encodes_as_it_did():
+    """tests/data/legacy_bundles/per_item: an entity model with per-item values (random weights
+    and statistics) and its embeddings of events.parquet, written by seqenc at commit e203205,
+    before numbers could be not recorded. It loads with its weights as they are and gives the same embeddings; a
+    number not recorded then reads as its item's centre, without a not-recorded vector."""
+    root = Path(__file__).parent / "data" / "legacy_bundles"
+    events = pd.read_parquet(root / "events.parquet")
+    enc = load_encoder(root / "per_item", device="cpu")
+    assert enc.model.embed.missing is None and enc.model.embed.value is not None
+    got = enc.encode(events, output="numpy").embeddings
+    np.testing.assert_allclose(got, np.load(root / "per_item" / "expected.npy"), atol=1e-5, rtol=0)
+    center = enc.model.embed.numeric_center[:, 0].numpy().astype(np.float64)
+    items, _ = enc.vocabs.item.encode(events["item_id"].to_numpy())
+    typical = np.sign(center[items]) * np.expm1(np.abs(center[items]))
+    gone = np.arange(len(events)) % 3 == 0
+    unrecorded = events.assign(amount=np.where(gone, np.nan, events["amount"]))
+    filled = events.assign(amount=np.where(gone, typical, events["amount"]))
+    a = enc.encode(unrecorded, output="numpy").embeddings
+    np.testing.assert_allclose(a, enc.encode(filled, output="numpy").embeddings, atol=1e-4, rtol=0)
+    assert np.abs(a - got).max() > 1e-3
+
+
 def test_saved_configurations_without_the_field_have_no_vectors():
     assert EncoderConfig.upgrade({"d_model": 8})["missing_values"] is False
     assert EncoderConfig.upgrade({"missing_values": True})["missing_values"] is True
