@@ -30,6 +30,7 @@ from seqenc.model.embeddings import TokenEmbedding, signed_log
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.values import hide_values, value_loss
 from seqenc.training.module import SeqencModule
+from seqenc.training.run_options import resume_options
 
 TWO = EventSchema(numeric=("x", "y"))
 ENTITY = dict(causal=False, pooling="mean", numeric_scaling="per_item", item_values=True)
@@ -370,6 +371,12 @@ def test_a_per_item_bundle_of_the_previous_version_encodes_as_it_did():
 def test_saved_configurations_without_the_field_have_no_vectors():
     assert EncoderConfig.upgrade({"d_model": 8})["missing_values"] is False
     assert EncoderConfig.upgrade({"missing_values": True})["missing_values"] is True
+    older = {"lr": 0.1, "encoder": {"d_model": 16, "n_numeric": 1}}  # a checkpoint written before
+    assert resume_options({}, older)["encoder"]["missing_values"] is False
+    newer = {"encoder": {"d_model": 16, "missing_values": True}}
+    assert resume_options({}, newer)["encoder"]["missing_values"] is True
+    with pytest.raises(SeqencError, match="missing_values.*cannot change when resuming"):
+        resume_options({"encoder": {"missing_values": True}}, older)
 
 
 def test_a_model_started_from_such_a_bundle_starts_its_vectors_at_zero(tmp_path):
