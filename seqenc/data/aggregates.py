@@ -139,11 +139,9 @@ class AggregateSpec:
             (column, _top_values(ev[column], _limit(max_categories, column)))
             for column in [schema.item, *schema.categorical]
         )
-        time, recorded = (
-            schema.timestamp is not None,
-            [c for c in schema.numeric if ev[c].isna().any()],
-        )
-        return cls(values, tuple(schema.numeric), tuple(value_stats), time, tuple(recorded))
+        time = schema.timestamp is not None
+        recorded = tuple(c for c in schema.numeric if ev[c].isna().any())  # some not recorded
+        return cls(values, tuple(schema.numeric), tuple(value_stats), time, recorded)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (:meth:`from_dict` reads it back)."""
