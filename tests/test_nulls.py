@@ -425,7 +425,7 @@ def test_a_fit_on_a_log_with_nulls_trains_the_vectors_and_stays_finite(tmp_path)
     assert all(np.isfinite(float(v)) for k, v in trainer.callback_metrics.items() if "train" in k)
 
 
-def test_a_fused_fine_tuned_model_reads_a_log_with_nulls_end_to_end(tmp_path):
+def test_a_fused_fine_tuned_model_reads_a_log_with_nulls_end_to_end(tmp_path, caplog):
     """``seqenc fit`` with labels and fused aggregates on a log with nulls: the bundle has the
     not-recorded vectors and the recorded share among its aggregates, and its predictions on
     the log are finite."""
@@ -435,12 +435,17 @@ def test_a_fused_fine_tuned_model_reads_a_log_with_nulls_end_to_end(tmp_path):
     events.drop(columns="account_type").to_parquet(tmp_path / "events.parquet")
     labels = events.groupby("entity_id", as_index=False)["account_type"].first()
     labels.to_parquet(tmp_path / "labels.parquet")
+    caplog.set_level("INFO")
     bundle, _ = fit(
         tmp_path,
         "--data.labels", "labels.parquet", "--data.label_column", "account_type",
         "--model.objective", "masked", "--model.fusion", "aggregates",
         "--model.next_item_weight", "0", "--model.label_steps", "4",
     )  # fmt: skip
+    assert (
+        f"numbers not recorded (null/NaN): amount {events['amount'].isna().mean():.1%}"
+        in caplog.text
+    )
     config = json.loads((bundle / CONFIG_FILE).read_text())
     assert config["encoder"]["missing_values"]
     assert "amount_recorded" in config["head"]["aggregates"]["names"]

@@ -57,6 +57,11 @@ def _shrunk(items: np.ndarray, logs: np.ndarray, n_items: int) -> tuple[np.ndarr
     return c, np.sqrt(np.maximum(second - c**2, floor**2))
 
 
+def unrecorded_shares(store: SequenceStore) -> dict[str, float]:
+    """Each numeric column's share of the store's events whose value was not recorded (NaN)."""
+    return {c: float(np.isnan(v).mean()) if len(v) else 0.0 for c, v in store.numeric.items()}
+
+
 def view_statistics(
     store: SequenceStore, view: SequenceView, n_items: int
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.bundle import load_bundle
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.data.numeric import view_statistics
+from seqenc.data.numeric import unrecorded_shares, view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL, Batch
@@ -330,6 +330,14 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         if not self.config.n_numeric:
             return
         datamodule = self.trainer.datamodule
+        if isinstance(datamodule, SequenceDataModule):
+            shares = [f"{c} {s:.1%}" for c, s in unrecorded_shares(datamodule.store).items() if s]
+            vectors = "with" if self.config.missing_values else "without"
+            if shares:
+                rank_zero_info(
+                    f"numbers not recorded (null/NaN): {', '.join(shares)} of the events; read as "
+                    f"not recorded, {vectors} a learned vector (model.encoder.missing_values)"
+                )
         if self.config.numeric_scaling != "per_item":
             rank_zero_info("numeric features: one linear map of the signed log for every item")
             return
