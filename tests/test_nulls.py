@@ -203,6 +203,18 @@ def test_an_untrained_model_reads_a_nan_as_its_items_centre():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_the_vectors_change_no_other_weight_of_a_seeded_model():
+    """Zero without a draw: the same seed gives the same other weights with or without them, so
+    a log whose numbers are all recorded trains and encodes as before."""
+    config = EncoderConfig(n_items=12, d_model=16, n_heads=2, n_positions=8, n_numeric=2, **ENTITY)
+    torch.manual_seed(0)
+    plain = SequenceEncoder(config).state_dict()
+    torch.manual_seed(0)
+    marked = SequenceEncoder(dataclasses.replace(config, missing_values=True)).state_dict()
+    assert set(marked) - set(plain) == {"embed.missing"}
+    assert all(torch.equal(plain[k], marked[k]) for k in plain)
+
+
 def test_masked_values_never_withhold_or_target_a_value_not_recorded():
     numeric = torch.randn(4, 6, 2)
     numeric[:, ::2, :] = float("nan")  # every other event: nothing recorded

@@ -282,9 +282,10 @@ class RotaryEmbedding(nn.Module):
 
 def init_weights(module: nn.Module, n_layers: int) -> None:
     """nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases, PAD
-    rows and not-recorded vectors (:attr:`TokenEmbedding.missing`)."""
+    rows and not-recorded vectors (:attr:`TokenEmbedding.missing`, set without a draw, so the
+    other weights are drawn as in a model without them)."""
     for name, param in module.named_parameters():
-        if name.endswith("bias"):
+        if name.endswith("bias") or name.rsplit(".", 1)[-1] == "missing":
             nn.init.zeros_(param)
         elif param.dim() >= 2:
             # Residual output projections get a smaller std so the residual stream starts near identity.
@@ -294,5 +295,3 @@ def init_weights(module: nn.Module, n_layers: int) -> None:
         if isinstance(sub, nn.Embedding) and sub.padding_idx is not None:
             with torch.no_grad():
                 sub.weight[sub.padding_idx].zero_()
-        if isinstance(sub, TokenEmbedding) and sub.missing is not None:
-            nn.init.zeros_(sub.missing)
