@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from seqenc import load_encoder
+from seqenc.data import events as event_reader
 from seqenc.data.aggregates import AggregateSpec
 from seqenc.errors import SeqencError
 from seqenc.evaluate import predict_at
@@ -88,6 +89,24 @@ def test_encode_predicts_from_the_embedding_and_the_aggregates_at_as_of(fused) -
     later.loc[later["timestamp"] > when, "amount"] *= 1000.0
     again = enc.encode(later, as_of=when, output="numpy", on_empty="skip")
     np.testing.assert_allclose(again.predictions, out.predictions, atol=1e-6)
+
+
+def test_a_fused_encode_reads_its_events_once(fused, monkeypatch) -> None:
+    """The store and the aggregates of an encode come from one read of its events: the events
+    are typed once per call, not once for the store and again for :func:`wide_inputs`."""
+    bundle, events, _, _ = fused
+    enc = load_encoder(bundle, "cpu")
+    typed, calls = event_reader.normalize_table, []
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]))
+        return typed(*args, **kwargs)
+
+    monkeypatch.setattr(event_reader, "normalize_table", counted)
+    out = enc.encode(
+        events, as_of=events["timestamp"].quantile(0.6), output="numpy", on_empty="skip"
+    )
+    assert calls == [len(events)] and out.predictions.shape == (len(out.entity_ids), 4)
 
 
 def test_predict_at_reads_each_rows_own_cutoff(fused) -> None:
