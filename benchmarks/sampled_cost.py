@@ -15,8 +15,6 @@ term's proposal is the training split's item frequency, as at fit. Writes ``--ou
 from __future__ import annotations
 
 import argparse
-import datetime
-import shlex
 import statistics
 import sys
 import time
@@ -28,12 +26,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import sampled_common as common  # noqa: E402
 from bench_scale import optimizer_step  # noqa: E402
-from bench_train import build, cpu_name, matmul_gflops  # noqa: E402
+from bench_train import matmul_gflops  # noqa: E402
 
-from seqenc.atomic import write_text  # noqa: E402
 from seqenc.model.optim import RowSparseAdamW  # noqa: E402
-from seqenc.model.sampled import Proposal  # noqa: E402
 
 
 def variant_args(variant: str) -> list[str]:
@@ -47,13 +44,9 @@ def variant_args(variant: str) -> list[str]:
 
 def build_variant(config: Path, data: Path, extra: list[str], variant: str):
     """The module and data module of one variant (the sampled term's proposal set as at fit)."""
-    args = ["--config", str(config), "--data.path", str(data), *extra]
-    cli = build([*args, *variant_args(variant)])
-    model, datamodule = cli.model, cli.datamodule
-    datamodule.setup("fit")
+    model, datamodule = common.build_fit(config, data, [*extra, *variant_args(variant)])
     if model.loss == "sampled_softmax":
-        counts = torch.from_numpy(datamodule.item_counts(model.config.n_items))
-        model.proposal = Proposal.from_counts(counts)
+        model.proposal = common.fit_proposal(model, datamodule)
     return model, datamodule
 
 
@@ -72,22 +65,16 @@ def time_steps(model, batches: list) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True)
+    common.add_arguments(parser, ["ce", "sampled_softmax"], "sampled_cost.md")
     parser.add_argument("--config", type=Path, default=ROOT / "configs/clicks.yaml")
-    parser.add_argument("--variants", nargs="+", default=["ce", "sampled_softmax"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/sampled_cost.md")
-    parser.add_argument("--args", nargs=argparse.REMAINDER, default=[], help="fit overrides")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     gflops = matmul_gflops()
     models = {v: build_variant(args.config, args.data, args.args, v) for v in args.variants}
-    datamodule = next(iter(models.values()))[1]
-    torch.manual_seed(args.seed)
-    loader = iter(datamodule.train_dataloader())
-    batches = [next(loader) for _ in range(args.steps)]
+    batches = common.training_batches(next(iter(models.values()))[1], args.steps, args.seed)
     seconds: dict[str, list[float]] = {v: [] for v in args.variants}
     for _ in range(args.rounds):
         for variant, (model, _) in models.items():
@@ -98,11 +85,9 @@ def main() -> int:
     lines = [
         "# The training step: exact softmax against sampled catalogue terms",
         "",
-        f"`python benchmarks/sampled_cost.py {shlex.join(sys.argv[1:])}`, "
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {cpu_name()}, "
-        f"{torch.get_num_threads()} thread(s), fp32 matmul {gflops:.0f} GFLOP/s at the start; "
-        f"{args.steps} steps of {events:,.0f} events on average, median of {args.rounds} "
-        "interleaved rounds.",
+        f"{common.run_line()}, {torch.get_num_threads()} thread(s), fp32 matmul "
+        f"{gflops:.0f} GFLOP/s at the start; {args.steps} steps of {events:,.0f} events on "
+        f"average, median of {args.rounds} interleaved rounds.",
         "",
         "| variant | loss | items | s/step | ÷ first variant |",
         "|---|---|---:|---:|---:|",
@@ -113,8 +98,7 @@ def main() -> int:
         lines.append(
             f"| `{variant}` | {model.loss} | {n_items:,} | {value:.3f} | {value / base:.3f} |"
         )
-    write_text(args.output, "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.report(args.output, lines)
     return 0
 
 

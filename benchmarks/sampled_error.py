@@ -16,8 +16,6 @@ gate) and the rows' root-mean-square error. Writes ``--output`` (markdown).
 from __future__ import annotations
 
 import argparse
-import datetime
-import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -27,9 +25,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_train import build, cpu_name  # noqa: E402
+import sampled_common as common  # noqa: E402
 
-from seqenc.atomic import write_text  # noqa: E402
 from seqenc.model.batch import N_SPECIAL  # noqa: E402
 from seqenc.model.losses import target_log_softmax  # noqa: E402
 from seqenc.model.sampled import Proposal, window_groups  # noqa: E402
@@ -45,12 +42,10 @@ VARIANTS = [
 
 def load(ckpt: Path, data: Path, extra: list[str]):
     """The checkpoint's module (built as the fit built it) and its data module, set up."""
-    args = ["--config", str(ROOT / "configs/clicks.yaml"), "--data.path", str(data), *extra]
-    cli = build([*args, "--model.loss", "ce"])
-    model, datamodule = cli.model, cli.datamodule
+    config = ROOT / "configs/clicks.yaml"
+    model, datamodule = common.build_fit(config, data, [*extra, "--model.loss", "ce"])
     state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     model.load_state_dict(state)
-    datamodule.setup("fit")
     model.eval()
     return model, datamodule
 
@@ -79,26 +74,18 @@ def errors(model, batch, proposal: Proposal, options: dict, draws: int) -> torch
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", type=Path, required=True)
-    parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--variants", nargs="+", default=VARIANTS)
+    common.add_arguments(parser, VARIANTS, "sampled_error.md")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--draws", type=int, default=8)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/sampled_error.md")
-    parser.add_argument("--args", nargs=argparse.REMAINDER, default=[], help="fit overrides")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     model, datamodule = load(args.ckpt, args.data, args.args)
-    counts = torch.from_numpy(datamodule.item_counts(model.config.n_items))
-    proposal = Proposal.from_counts(counts)
-    torch.manual_seed(0)
-    loader = iter(datamodule.train_dataloader())
-    batches = [next(loader) for _ in range(args.batches)]
+    proposal = common.fit_proposal(model, datamodule)
+    batches = common.training_batches(datamodule, args.batches, 0)
     lines = [
         "# The sampled term's estimate against the exact log-softmax",
         "",
-        f"`python benchmarks/sampled_error.py {shlex.join(sys.argv[1:])}`, "
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {cpu_name()}; "
-        f"{args.batches} training batches, {args.draws} draws each.",
+        f"{common.run_line()}; {args.batches} training batches, {args.draws} draws each.",
         "",
         "| loss_options | mean error | batch-mean error's spread over draws | row RMS error |",
         "|---|---:|---:|---:|",
@@ -113,8 +100,7 @@ def main() -> int:
             rms = torch.cat([e.flatten() for e in found]).pow(2).mean().sqrt()
             lines.append(f"| `{variant}` | {mean:+.4f} | {spread:.4f} | {rms:.4f} |")
             print(lines[-1], flush=True)
-    write_text(args.output, "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.report(args.output, lines)
     return 0
 
 

@@ -4,11 +4,8 @@ its predictions; the folds are the probe's."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import json
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,50 +31,13 @@ from seqenc.training.label_plan import (
     class_weights,
     label_schedule,
 )
-from tests.tiny import SCHEMA, tiny_events
-
-FIT = [
-    "--data.schema.categorical", "[event_type, channel]",
-    "--data.schema.numeric", "[amount]",
-    "--data.history_len", "32",
-    "--model.encoder.d_model", "32",
-    "--model.encoder.n_layers", "1",
-    "--trainer.enable_progress_bar", "false",
-    "--trainer.enable_model_summary", "false",
-]  # fmt: skip
-
-
-def fit(folder: Path, *args: str) -> tuple[Path, str]:
-    """``seqenc fit`` in ``folder``; the bundle it reports and what it printed."""
-    old = Path.cwd()
-    os.chdir(folder)
-    try:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            main(["fit", "--data.path", "events.parquet", *FIT, *args])
-    finally:
-        os.chdir(old)
-    line = out.getvalue().strip().splitlines()[-1]
-    return folder / line.removeprefix("bundle: "), out.getvalue()
+from tests.tiny import SCHEMA, fit, label_fit, tiny_events
 
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> tuple[Path, pd.DataFrame, str]:
     """A fine-tuned bundle on a synthetic log whose label is its latent account type."""
-    folder = tmp_path_factory.mktemp("finetune")
-    events = tiny_events(300)
-    events.drop(columns="account_type").to_parquet(folder / "events.parquet")
-    labels = events.groupby("entity_id", as_index=False)["account_type"].first()
-    labels.to_parquet(folder / "labels.parquet")
-    torch.manual_seed(0)
-    bundle, printed = fit(
-        folder,
-        "--data.labels", "labels.parquet",
-        "--data.label_column", "account_type",
-        "--model.next_item_weight", "0",
-        "--model.label_steps", "24",
-        "--seed_everything", "0",
-    )  # fmt: skip
+    bundle, _, labels, printed = label_fit(tmp_path_factory.mktemp("finetune"), 300, 24)
     return bundle, labels, printed
 
 

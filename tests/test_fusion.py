@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from seqenc import load_encoder
+from seqenc.data import events as event_reader
 from seqenc.data.aggregates import AggregateSpec
 from seqenc.errors import SeqencError
 from seqenc.evaluate import predict_at
 from seqenc.model.embeddings import signed_log
-from tests.test_finetune import fit
-from tests.tiny import SCHEMA, tiny_events
+from tests.tiny import SCHEMA, label_fit
 
 ENTITY = [
     "--model.objective", "masked",
@@ -30,25 +30,8 @@ ENTITY = [
 @pytest.fixture(scope="module")
 def fused(tmp_path_factory):
     """A fused, fine-tuned bundle on a synthetic log whose label is its latent account type,
-    each label row cut at its own ``as_of``."""
-    folder = tmp_path_factory.mktemp("fusion")
-    events = tiny_events(200)
-    events.drop(columns="account_type").to_parquet(folder / "events.parquet")
-    labels = events.groupby("entity_id", as_index=False).agg(
-        account_type=("account_type", "first"), as_of=("timestamp", "median")
-    )
-    labels.to_parquet(folder / "labels.parquet")
-    torch.manual_seed(0)
-    bundle, printed = fit(
-        folder,
-        "--data.labels", "labels.parquet",
-        "--data.label_column", "account_type",
-        "--model.next_item_weight", "0",
-        "--model.label_steps", "12",
-        "--seed_everything", "0",
-        *ENTITY,
-    )  # fmt: skip
-    return bundle, events.drop(columns="account_type"), labels, printed
+    each label row cut at its own ``as_of``: ``(bundle, events, labels, printed)``."""
+    return label_fit(tmp_path_factory.mktemp("fusion"), 200, 12, *ENTITY, as_of=True)
 
 
 def test_statistics_are_the_training_rows_after_a_signed_log(fused) -> None:
@@ -90,6 +73,24 @@ def test_encode_predicts_from_the_embedding_and_the_aggregates_at_as_of(fused) -
     np.testing.assert_allclose(again.predictions, out.predictions, atol=1e-6)
 
 
+def test_a_fused_encode_reads_its_events_once(fused, monkeypatch) -> None:
+    """The store and the aggregates of an encode come from one read of its events: the events
+    are typed once per call, not once for the store and again for :func:`wide_inputs`."""
+    bundle, events, _, _ = fused
+    enc = load_encoder(bundle, "cpu")
+    typed, calls = event_reader.normalize_table, []
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]))
+        return typed(*args, **kwargs)
+
+    monkeypatch.setattr(event_reader, "normalize_table", counted)
+    out = enc.encode(
+        events, as_of=events["timestamp"].quantile(0.6), output="numpy", on_empty="skip"
+    )
+    assert calls == [len(events)] and out.predictions.shape == (len(out.entity_ids), 4)
+
+
 def test_predict_at_reads_each_rows_own_cutoff(fused) -> None:
     bundle, events, labels, _ = fused
     enc = load_encoder(bundle, "cpu")
@@ -109,19 +110,8 @@ def test_incremental_encoding_refuses_a_fused_head(fused) -> None:
 
 
 def test_fusion_none_keeps_the_readout_alone(tmp_path, caplog) -> None:
-    events = tiny_events(80)
-    events.drop(columns="account_type").to_parquet(tmp_path / "events.parquet")
-    labels = events.groupby("entity_id", as_index=False)["account_type"].first()
-    labels.to_parquet(tmp_path / "labels.parquet")
     caplog.set_level("INFO")
-    bundle, _ = fit(
-        tmp_path,
-        "--data.labels", "labels.parquet",
-        "--data.label_column", "account_type",
-        "--model.next_item_weight", "0",
-        "--model.label_steps", "2",
-        *ENTITY[:-2],
-    )  # fmt: skip
+    bundle, *_ = label_fit(tmp_path, 80, 2, *ENTITY[:-2])
     assert "fusion: none (the head reads the pooled sequence alone)" in caplog.text
     assert json.loads((bundle / "config.json").read_text())["head"]["aggregates"] is None
 

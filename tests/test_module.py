@@ -177,7 +177,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "filter_seen": (None, True), "ks": ((10, 20), (5,)),
         "class_weights": ("auto", "none"), "label_steps": (None, 10),
         "time_values": (None, False), "item_values": (None, False),
-        "group_times": (False, True), "event_dropout": (0.0, 0.1),
+        "group_times": (False, True), "event_dropout": (0.0, 0.1), "missing_values": (None, False),
         "fusion": ("none", "aggregates"), "value_weight": (0.0, 1.0),
     }  # fmt: skip
     options = [

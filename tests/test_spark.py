@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from tiny import ml100k, random_bundle, tiny_bundle, tiny_events
+from tiny import SCHEMA, ml100k, random_bundle, tiny_bundle, tiny_events
 
 pytest.importorskip("pyspark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -127,6 +127,23 @@ def test_on_empty_raise_fails_on_an_entity_without_events_before_as_of(spark, se
     df = spark.createDataFrame(events)
     with pytest.raises(Exception, match="no event at or before"):
         collect(seqenc_spark.encode(df, bundle, as_of=early, on_empty="raise"))
+
+
+def test_a_log_with_numbers_not_recorded_equals_encode(spark, tmp_path):
+    """Spark's nulls and NaNs in a numeric column are "not recorded", as encode reads them."""
+    from pyspark.sql import functions as F
+
+    events = tiny_events(40, seed=3)
+    events.loc[np.random.default_rng(0).random(len(events)) < 0.3, "amount"] = np.nan
+    options = dict(causal=False, pooling="mean", numeric_scaling="per_item", item_values=True)
+    bundle = random_bundle(tmp_path / "b", events, SCHEMA, 24, missing_values=True, **options)
+    expected = load_encoder(bundle, "cpu").encode(events)
+    df = spark.createDataFrame(events)
+    nulls = F.when(F.isnan("amount"), F.lit(None)).otherwise(F.col("amount"))
+    df = df.withColumn(
+        "amount", F.when(F.col("item_id") % 2 == 0, nulls).otherwise(F.col("amount"))
+    )
+    assert_same(collect(seqenc_spark.encode(df, bundle, num_partitions=3)), expected)
 
 
 @pytest.mark.shared_data

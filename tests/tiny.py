@@ -1,17 +1,31 @@
 """Small seeded event logs and random-weights encoder bundles shared by the bundle, inference and
-export tests."""
+export tests, and the small fine-tuning fit of the label-head tests."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from seqenc import testing
+from seqenc.cli import main
 from seqenc.data.schema import EventSchema
 from seqenc.data.synthetic import generate_events
 
 SCHEMA = EventSchema(categorical=("event_type", "channel"), numeric=("amount",))
+FIT = [
+    "--data.schema.categorical", "[event_type, channel]",
+    "--data.schema.numeric", "[amount]",
+    "--data.history_len", "32",
+    "--model.encoder.d_model", "32",
+    "--model.encoder.n_layers", "1",
+    "--trainer.enable_progress_bar", "false",
+    "--trainer.enable_model_summary", "false",
+]  # fmt: skip
 
 
 def tiny_events(n_entities: int = 60, seed: int = 0) -> pd.DataFrame:
@@ -40,6 +54,47 @@ def random_bundle(
     from N(0, 0.3) unless ``std`` says otherwise."""
     options = {"d_model": 16, "n_heads": 2, "std": 0.3, **options}
     return testing.random_bundle(path, events, schema, history_len, **options)
+
+
+def fit(folder: Path, *args: str) -> tuple[Path, str]:
+    """``seqenc fit`` on ``folder``'s ``events.parquet`` (run in ``folder``, at :data:`FIT`'s small
+    size); the bundle it reports and what it printed."""
+    old = Path.cwd()
+    os.chdir(folder)
+    try:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["fit", "--data.path", "events.parquet", *FIT, *args])
+    finally:
+        os.chdir(old)
+    line = out.getvalue().strip().splitlines()[-1]
+    return folder / line.removeprefix("bundle: "), out.getvalue()
+
+
+def label_fit(
+    folder: Path, n_entities: int, label_steps: int, *args: str, as_of: bool = False
+) -> tuple[Path, pd.DataFrame, pd.DataFrame, str]:
+    """A seeded fine-tuning fit in ``folder`` on ``tiny_events(n_entities)`` whose label is each
+    entity's latent ``account_type`` (with ``as_of``: each label row cut at the median of its
+    entity's times), ``label_steps`` steps, ``args`` on top: ``(bundle, events without the
+    label, labels, printed)``."""
+    events = tiny_events(n_entities)
+    events.drop(columns="account_type").to_parquet(folder / "events.parquet")
+    columns = {"account_type": ("account_type", "first")}
+    columns |= {"as_of": ("timestamp", "median")} if as_of else {}
+    labels = events.groupby("entity_id", as_index=False).agg(**columns)
+    labels.to_parquet(folder / "labels.parquet")
+    torch.manual_seed(0)
+    bundle, printed = fit(
+        folder,
+        "--data.labels", "labels.parquet",
+        "--data.label_column", "account_type",
+        "--model.next_item_weight", "0",
+        "--model.label_steps", str(label_steps),
+        "--seed_everything", "0",
+        *args,
+    )  # fmt: skip
+    return bundle, events.drop(columns="account_type"), labels, printed
 
 
 def ml100k(shared_data: Path) -> pd.DataFrame:

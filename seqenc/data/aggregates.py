@@ -25,9 +25,9 @@ import pandas as pd
 from seqenc.data.cut import EXACT, NS, Cut, RowCuts, at_or_before, parse, parse_column
 from seqenc.data.events import DEFAULT_SCHEMA, Source, read_events
 from seqenc.data.schema import EventSchema
+from seqenc.data.time_aggregates import time_features
 from seqenc.errors import SeqencError
 
-DAY = 86400.0
 QUANTILES = (0.25, 0.5, 0.75)
 VALUE_STATS = ("mean", "min", "max", "last")  # what value_stats may ask for
 OTHER = "<other>"  # the pooled column: values beyond the limit, and values unseen at fit
@@ -95,13 +95,16 @@ class AggregateSpec:
     **A value an entity never had** (no event of it at or before the cut-off): its ``count`` and
     ``share`` are 0, and so are its numeric statistics (``{num}_{stat}[col=value]``) and its
     numeric share: the count says the value was absent, the statistics carry no made-up number.
-    Statistics of one event: ``std`` 0.
+    Statistics of one event: ``std`` 0. **A number not recorded** (NaN) is left out of every
+    statistic; one of no recorded number is 0 as well. ``recorded``: the numeric columns with a
+    number not recorded at fit, each with ``{num}_recorded``, the share of events that have it.
     """
 
     values: tuple[tuple[str, tuple[str, ...]], ...]
     numeric: tuple[str, ...]
     value_stats: tuple[str, ...] = ()
     time: bool = True
+    recorded: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_value_stats(self.value_stats)
@@ -137,7 +140,8 @@ class AggregateSpec:
             for column in [schema.item, *schema.categorical]
         )
         time = schema.timestamp is not None
-        return cls(values, tuple(schema.numeric), tuple(value_stats), time)
+        recorded = tuple(c for c in schema.numeric if ev[c].isna().any())  # some not recorded
+        return cls(values, tuple(schema.numeric), tuple(value_stats), time, recorded)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (:meth:`from_dict` reads it back)."""
@@ -146,6 +150,7 @@ class AggregateSpec:
             "numeric": list(self.numeric),
             "value_stats": list(self.value_stats),
             "time": self.time,
+            "recorded": list(self.recorded),
         }
 
     @classmethod
@@ -155,7 +160,8 @@ class AggregateSpec:
             values = tuple((str(c), tuple(str(v) for v in kept)) for c, kept in data["values"])
             numeric = tuple(str(c) for c in data["numeric"])
             stats = tuple(str(s) for s in data["value_stats"])
-            return cls(values, numeric, stats, bool(data["time"]))
+            recorded = tuple(str(c) for c in data.get("recorded", ()))  # not in older layouts
+            return cls(values, numeric, stats, bool(data["time"]), recorded)
         except (KeyError, TypeError, ValueError) as e:
             raise SeqencError(f"aggregate spec is malformed ({type(e).__name__}: {e})") from e
 
@@ -195,11 +201,11 @@ class AggregateSpec:
         n = g.size().astype(float)
         blocks = [pd.DataFrame({"n_events": n})]
         if self.time:
-            blocks.append(_time_features(ev, g, n))
+            blocks.append(time_features(ev, g, n))
         for column, kept in self.values:
             blocks += _value_features(ev, column, kept, self.numeric, n, self.value_stats)
         for column in self.numeric:
-            overall = _numeric_stats(ev, column)
+            overall = _numeric_stats(ev, column, column in self.recorded)
             blocks.append(overall.rename(columns=lambda s, c=column: f"{c}_{s}"))
         return pd.concat(blocks, axis=1).fillna(0.0).astype(float)
 
@@ -284,48 +290,17 @@ def _limit(max_categories: int | Mapping[str, int], column: str) -> int:
     return max_categories
 
 
-def _numeric_stats(ev: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Sum, mean, std, quartiles of ``column`` per cut-off row (std of one value = 0)."""
+def _numeric_stats(ev: pd.DataFrame, column: str, recorded: bool) -> pd.DataFrame:
+    """Sum, mean, std (of one value: 0), with ``recorded`` the share of events that have a number,
+    and quartiles of the recorded numbers of ``column`` per cut-off row."""
     g = ev.assign(**{column: ev[column].astype(float)}).groupby("_row", sort=True)[column]
-    stats = g.agg(["sum", "mean", "std"])
+    stats = g.agg(["sum", "mean", "std", *(["count", "size"] if recorded else [])])
     stats["std"] = stats["std"].fillna(0.0)
+    if recorded:
+        stats["recorded"] = stats.pop("count") / stats.pop("size")
     q = g.quantile(list(QUANTILES)).unstack(-1)
     q.columns = [f"q{int(p * 100)}" for p in QUANTILES]
     return stats.join(q)
-
-
-def _gap_stats(ev: pd.DataFrame, prefix: str) -> pd.DataFrame:
-    """Mean, std, median, max of the days between consecutive times ``_t`` of each ``_row``
-    (``ev`` sorted by row then time)."""
-    rows = ev["_row"].to_numpy()
-    same = rows[1:] == rows[:-1]
-    gaps = np.where(same, np.diff(ev["_t"].to_numpy()) / DAY, np.nan)
-    frame = pd.DataFrame({"_row": rows, "_gap": np.concatenate([[np.nan], gaps])})
-    gap = frame.groupby("_row", sort=True)["_gap"].agg(["mean", "std", "median", "max"])
-    return gap.rename(columns=lambda s: f"{prefix}_{s}")
-
-
-def _time_features(ev: pd.DataFrame, g, n: pd.Series) -> pd.DataFrame:
-    """Tenure, recency, rate, gaps between events, and the same for *sessions*: the events of an
-    entity that share one timestamp (a basket on a day-resolution log, a burst on a finer one)."""
-    ref, first, last = g["_ref"].first(), g["_t"].min(), g["_t"].max()
-    tenure = (ref - first) / DAY
-    sessions = ev.drop_duplicates(["_row", "_t"])
-    per_session = ev.groupby(["_row", "_t"], sort=True).size().groupby(level=0)
-    size = per_session.agg(["size", "mean", "max"])
-    n_sessions = size["size"].astype(float)
-    out = pd.DataFrame(
-        {
-            "tenure_days": tenure,
-            "recency_days": (ref - last) / DAY,
-            "events_per_day": n / tenure.clip(lower=1.0),
-            "n_sessions": n_sessions,
-            "sessions_per_day": n_sessions / tenure.clip(lower=1.0),
-            "session_size_mean": size["mean"].astype(float),
-            "session_size_max": size["max"].astype(float),
-        }
-    )
-    return out.join(_gap_stats(ev, "gap_days")).join(_gap_stats(sessions, "session_gap_days"))
 
 
 def _value_features(
@@ -389,7 +364,8 @@ def aggregate_features(
     ``session_gap_days_{mean,std,median,max}``; per item and categorical column
     ``distinct[col]`` and per value ``count[col=value]``, ``share[col=value]``, per numeric column
     ``{num}_share[col=value]`` and ``{num}_{stat}[col=value]`` per stat of ``value_stats``
-    (:data:`VALUE_STATS`); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}``.
+    (:data:`VALUE_STATS`); per numeric column ``{num}_{sum,mean,std,q25,q50,q75}`` of its recorded
+    numbers, and ``{num}_recorded`` where some are not recorded (NaN).
     """
     check_value_stats(value_stats)  # before the events are read
     ev, keys = events_at_cutoffs(events, schema, as_of, as_of_column)

@@ -203,26 +203,37 @@ def _to_sortable(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) 
 
 
 def _to_float32(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> pa.ChunkedArray:
-    if col.null_count:
-        raise _bad_row(table, name, pc.is_null(col), "missing value (null/NaN)", offset)
+    """A numeric column as float32; a value not recorded (null, NaN, blank or ``"nan"`` text) is
+    NaN, which the model and the aggregates read as not recorded. Infinite values, values beyond
+    float32 and text that is not a number are refused."""
     t = col.type
-    values = _numbers(col)
+    values = np.full(len(col), np.nan) if pa.types.is_null(t) else _numbers(col)
     if is_text(t):
-        try:  # Arrow's parser first; pandas (spaces, odd spellings) finds the bad row otherwise
-            values = col.cast(pa.float64()).to_numpy()
-        except pa.ArrowInvalid:
-            parsed = pd.to_numeric(pd.Series(col.to_numpy(zero_copy_only=False)), errors="coerce")
-            values = parsed.to_numpy(dtype=np.float64, na_value=np.nan)
-            if np.isnan(values).any():
-                raise _bad_row(table, name, np.isnan(values), "non-numeric value", offset) from None
+        values = _parse_floats(table, name, col, offset)
     elif values is None:
         raise SeqencError(f"column {name!r} has type {t}; expected numbers")
     with np.errstate(over="ignore"):  # values beyond float32 become inf, reported just below
         out = values.astype(np.float32)
-    if not np.isfinite(out).all():
-        problem = "NaN or infinite value (or beyond float32)"
-        raise _bad_row(table, name, ~np.isfinite(out), problem, offset)
+    if np.isinf(out).any():
+        problem = "infinite value (or beyond float32)"
+        raise _bad_row(table, name, np.isinf(out), problem, offset)
     return pa.chunked_array([out])
+
+
+def _parse_floats(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int) -> np.ndarray:
+    """Numbers written as text → float64, NaN where none was recorded (null, blank, ``"nan"``);
+    Arrow's parser first, pandas (spaces, odd spellings) to find the text that is no number."""
+    try:
+        return col.cast(pa.float64()).to_numpy()
+    except pa.ArrowInvalid:
+        texts = pd.Series(col.to_numpy(zero_copy_only=False), dtype=object)
+        values = pd.to_numeric(texts, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        trimmed = texts.str.strip().str.lower()
+        unrecorded = (texts.isna() | trimmed.isin(("", "nan"))).to_numpy()
+        if (np.isnan(values) & ~unrecorded).any():
+            bad = np.isnan(values) & ~unrecorded
+            raise _bad_row(table, name, bad, "non-numeric value", offset) from None
+        return values
 
 
 def _ticks(col: pa.ChunkedArray) -> tuple[np.ndarray, int]:

@@ -97,14 +97,15 @@ def read_events(
           (midnight UTC); numbers, decimals or numeric text, read as epoch **seconds** (values
           above 1e11 are rejected as probable milliseconds, microseconds or nanoseconds); ISO-8601
           strings such as ``"2024-03-01T12:00:00+01:00"`` (up to the year 9999).
-        - numeric columns: ``float32`` (from integers, floats, decimals or numeric text).
+        - numeric columns: ``float32`` (from integers, floats, decimals or numeric text); a
+          value not recorded (null, NaN, blank text) is NaN, read as not recorded downstream.
 
         A pandas object column must hold one kind of value (numbers of any type, times, or text):
         a number among times, or text among numbers, is refused naming the row.
 
     Raises:
         SeqencError: a missing column (naming the file; the available ones are listed), a null
-            entity / item / timestamp, a non-numeric, NaN or infinite value in a numeric column,
+            entity / item / timestamp, a non-numeric or infinite value in a numeric column,
             an unparsable timestamp, an empty log, a missing or unreadable file, a glob matching
             nothing, or an unsupported file extension. Rows are numbered from 0 in each file.
     """

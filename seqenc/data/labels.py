@@ -42,25 +42,26 @@ class Labels:
 
     Attributes:
         entity: ``[n]`` entity id of each row (the table's values).
-        as_of: ``[n]`` float64 epoch seconds of each row's cut-off, or ``None`` (whole histories).
         target: ``[n]`` int64 class codes, or float32 standardised numbers.
         spec: the head's description (:class:`~seqenc.model.head.SupervisedHead`'s arguments:
             task, classes, center, scale), plain JSON data.
         task: the task and why it was chosen (:func:`infer_task`), e.g. ``"classification (2
             distinct whole numbers, at most 20)"``.
-        cut: the cut-offs parsed once (:class:`~seqenc.data.cut.RowCuts`), or ``None``.
+        cut: the cut-offs parsed once (:class:`~seqenc.data.cut.RowCuts`), or ``None`` (whole
+            histories).
     """
 
     entity: np.ndarray
-    as_of: np.ndarray | None
     target: np.ndarray
     spec: dict[str, Any]
     task: str = ""
     cut: RowCuts | None = None
 
-    def __post_init__(self) -> None:
-        if self.as_of is not None and self.cut is None:  # cut-offs given as epoch seconds
-            self.cut = RowCuts(None, np.asarray(self.as_of, dtype=np.float64))
+    @property
+    def as_of(self) -> np.ndarray | None:
+        """``[n]`` float64 epoch seconds of each row's cut-off (the query times), or ``None``:
+        read from :attr:`cut`, the one copy of the cut-offs."""
+        return None if self.cut is None else self.cut.seconds
 
     def __len__(self) -> int:
         return len(self.entity)
@@ -132,8 +133,7 @@ def read_labels(
     task, why = infer_task(values) if task == "auto" else (task, "data.label_task")
     target, spec = _code(values, task, f"{where} column {label_column!r}")
     cut = parse_column(frame[as_of_column], as_of_column) if len(keys) == 2 else None
-    as_of = None if cut is None else cut.seconds
-    return Labels(frame[entity].to_numpy(), as_of, target, spec, f"{task} ({why})", cut)
+    return Labels(frame[entity].to_numpy(), target, spec, f"{task} ({why})", cut)
 
 
 def _code(values: np.ndarray, task: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:

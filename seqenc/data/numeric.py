@@ -4,7 +4,8 @@ A heart rate of 80 and a lactate of 2 live on different scales; a value standard
 centre and scale says how unusual it is for that item. Both are taken on the signed log of the
 values (the model's :func:`~seqenc.model.embeddings.signed_log`) and shrunk towards the whole log's
 statistics by :data:`PRIOR_EVENTS` pseudo-events, so a rare item reads as an average one rather
-than as its few values. Numpy only; the model stores the result with its weights.
+than as its few values. A value not recorded (NaN) is left out. Numpy only; the model stores the
+result with its weights.
 """
 
 from __future__ import annotations
@@ -29,26 +30,36 @@ def item_statistics(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(center, scale)``, each ``[n_items, n_features]`` float32: the shrunk mean and standard
     deviation of each item's signed-log values. ``items``: ``[n]`` item ids; ``values``:
-    ``[n, n_features]`` raw values of the same events. An item without events gets the whole
-    log's."""
+    ``[n, n_features]`` raw values of the same events, NaN where not recorded (left out). An item
+    without a recorded value gets the whole log's; a column without one, centre 0 and scale 1."""
     values = torch.from_numpy(np.asarray(values, dtype=np.float64))
     logs = signed_log(values).numpy().reshape(len(items), -1)  # the model's own transform
     n_features = logs.shape[1]
     center = np.zeros((n_items, n_features), dtype=np.float32)
     scale = np.ones((n_items, n_features), dtype=np.float32)
-    if len(items) == 0:
-        return center, scale
-    count = np.bincount(items, minlength=n_items)[:n_items].astype(np.float64)
     for j in range(n_features):
-        mean, var = logs[:, j].mean(), logs[:, j].var()
-        total = np.bincount(items, logs[:, j], minlength=n_items)[:n_items]
-        squares = np.bincount(items, logs[:, j] ** 2, minlength=n_items)[:n_items]
-        c = (total + PRIOR_EVENTS * mean) / (count + PRIOR_EVENTS)
-        second = (squares + PRIOR_EVENTS * (var + mean**2)) / (count + PRIOR_EVENTS)
-        floor = max(MIN_SCALE_SHARE * np.sqrt(var), MIN_RELATIVE_SCALE)
-        center[:, j] = c
-        scale[:, j] = np.sqrt(np.maximum(second - c**2, floor**2))
+        recorded = ~np.isnan(logs[:, j])
+        if recorded.any():
+            center[:, j], scale[:, j] = _shrunk(items[recorded], logs[recorded, j], n_items)
     return center, scale
+
+
+def _shrunk(items: np.ndarray, logs: np.ndarray, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each item's mean and standard deviation of ``logs`` (one column, every value recorded),
+    shrunk towards the whole column's by :data:`PRIOR_EVENTS` pseudo-events."""
+    count = np.bincount(items, minlength=n_items)[:n_items].astype(np.float64)
+    mean, var = logs.mean(), logs.var()
+    total = np.bincount(items, logs, minlength=n_items)[:n_items]
+    squares = np.bincount(items, logs**2, minlength=n_items)[:n_items]
+    c = (total + PRIOR_EVENTS * mean) / (count + PRIOR_EVENTS)
+    second = (squares + PRIOR_EVENTS * (var + mean**2)) / (count + PRIOR_EVENTS)
+    floor = max(MIN_SCALE_SHARE * np.sqrt(var), MIN_RELATIVE_SCALE)
+    return c, np.sqrt(np.maximum(second - c**2, floor**2))
+
+
+def unrecorded_shares(store: SequenceStore) -> dict[str, float]:
+    """Each numeric column's share of the store's events whose value was not recorded (NaN)."""
+    return {c: float(np.isnan(v).mean()) if len(v) else 0.0 for c, v in store.numeric.items()}
 
 
 def view_statistics(

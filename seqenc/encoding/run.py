@@ -13,7 +13,7 @@ import torch
 from seqenc.bundle import BundleMeta, load_bundle
 from seqenc.compat.lineage import Lineage, load_lineage
 from seqenc.compat.parent_map import ParentMap
-from seqenc.data.events import Source
+from seqenc.data.events import Events, Source, read_events
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.vocab import Vocabularies
 from seqenc.devices import torch_device
@@ -110,9 +110,11 @@ class Encoding:
     def _read(
         self, parts: Iterable[Source], keep_newest: int | None
     ) -> Iterator[tuple[SequenceStore, np.ndarray | None]]:
-        """Each part's store and a fused head's aggregates of its entities (:func:`wide_inputs`)."""
-        bundle = self.bundle
+        """Each part's store and a fused head's aggregates of its entities (:func:`wide_inputs`),
+        both from the part read once (its typed :class:`Events`, which a reader takes as is)."""
+        bundle, schema = self.bundle, self.bundle.meta.schema
         for part in parts:
+            part = Events(read_events(part, schema, exact=True), schema)
             store, counts = sequences(part, bundle.meta, bundle.vocabs, self.options, keep_newest)
             wide = wide_inputs(part, store, bundle.meta, self.options.cut)
             self.counts += counts

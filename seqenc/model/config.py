@@ -58,6 +58,12 @@ class EncoderConfig:
             lactate of 2 each say how unusual they are for their item. ``None`` (the default):
             :class:`~seqenc.training.module.SeqencModule` decides from the data; a bundle written
             without the field reads ``"global"``.
+        missing_values: (with ``n_numeric``) one learned vector per numeric column, added to an
+            event whose value in that column was not recorded (null / NaN; the value itself then
+            reads as its item's centre), so that it was not recorded is visible; zero at the
+            start. ``None`` (the default): on when the log has numeric columns, set by
+            :class:`~seqenc.training.module.SeqencModule`; a bundle written without the field has
+            none (its unrecorded values read as their item's centre alone).
         causal: ``False`` for bidirectional (BERT4Rec) attention.
         pooling: entity embedding from the ``"last"`` position, the ``"mean"`` of real positions,
             or their ``"attention"``-weighted sum (a learned score per position,
@@ -101,6 +107,7 @@ class EncoderConfig:
     categorical_sizes: tuple[int, ...] = ()
     n_numeric: int = 0
     numeric_scaling: str | None = None
+    missing_values: bool | None = None
     causal: bool = True
     pooling: str = "last"
     normalize: bool = False
@@ -172,7 +179,8 @@ class EncoderConfig:
     def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
         """A saved configuration's fields with today's names: one written before the lengths were
         named (bundle format 1, older checkpoints) holds ``max_len``, the longest history, which is
-        ``n_positions - 1``."""
+        ``n_positions - 1``; one written before ``missing_values`` has no not-recorded vectors."""
+        saved = {"missing_values": False} | saved
         if not isinstance(saved.get("max_len"), int):
             return saved
         rest = {k: v for k, v in saved.items() if k != "max_len"}

@@ -2,6 +2,8 @@
 
 A token vector is the sum of its parts (item, learned position, time-gap buckets, each categorical
 feature, a linear map of the numeric features), so every part is optional without changing shapes.
+A number not recorded (NaN) reads as its item's typical one plus its column's not-recorded vector
+(:meth:`TokenEmbedding.add_values`).
 The time gaps are causal-safe: ``dt_prev`` (the gap from the previous event) and the query gap (from
 the event to the time its position predicts for, see :attr:`~seqenc.model.batch.Batch.query_gaps`).
 ``recency`` (the gap to the reference time) exists only to load bundles written before the query
@@ -63,6 +65,7 @@ class TokenEmbedding(nn.Module):
         time_values: bool = False,
         item_values: bool = False,
         causal: bool = True,
+        missing_values: bool = False,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
@@ -93,6 +96,11 @@ class TokenEmbedding(nn.Module):
                 nn.Linear(width, d_model), nn.GELU(), nn.Linear(d_model, d_model)
             )
         self.item_values = item_values and self.value is not None
+        # One vector per numeric column, added where its value was not recorded (NaN); zero at
+        # the start (init_weights), so an unrecorded value first reads as its item's typical one.
+        self.missing = (
+            nn.Parameter(torch.zeros(n_numeric, d_model)) if n_numeric and missing_values else None
+        )
         self.causal = causal
         self.time = (
             nn.Sequential(nn.Linear(3, d_model), nn.GELU(), nn.Linear(d_model, d_model))
@@ -128,14 +136,26 @@ class TokenEmbedding(nn.Module):
                 f"{n_numeric} (EncoderConfig.n_numeric)"
             )
         if self.numeric is not None:
-            logs = signed_log(numeric)
-            x.add_(self.numeric(logs))
-            if self.value is not None:
-                z = self.standardised(logs, items)
-                if self.item_values:
-                    z = torch.cat([z, self.item(items)], dim=-1)
-                x.add_(self.value(z))
+            self.add_values(x, numeric, items)
         return x
+
+    def add_values(self, x: Tensor, numeric: Tensor, items: Tensor) -> None:
+        """Add to ``x`` what the events' numeric values say. A value not recorded (NaN) says
+        nothing of a number: it reads as its item's centre (0 without per-item statistics), so
+        its standardised value is 0, and its column's not-recorded vector (:attr:`missing`) is
+        added, so that it was not recorded stays visible."""
+        unrecorded = torch.isnan(numeric)
+        logs = signed_log(torch.where(unrecorded, torch.zeros_like(numeric), numeric))
+        if self.value is not None:
+            logs = torch.where(unrecorded, self.numeric_center[items].to(logs.dtype), logs)
+        x.add_(self.numeric(logs))
+        if self.value is not None:
+            z = self.standardised(logs, items)
+            if self.item_values:
+                z = torch.cat([z, self.item(items)], dim=-1)
+            x.add_(self.value(z))
+        if self.missing is not None:
+            x.add_(unrecorded.to(self.missing.dtype) @ self.missing)
 
     def context(self, batch: Batch, positions: Tensor | None = None) -> Tensor:
         """``[B, L, d]`` where each token stands: its position and its time inputs (gap buckets,
@@ -261,9 +281,11 @@ class RotaryEmbedding(nn.Module):
 
 
 def init_weights(module: nn.Module, n_layers: int) -> None:
-    """nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases and PAD rows."""
+    """nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases, PAD
+    rows and not-recorded vectors (:attr:`TokenEmbedding.missing`, set without a draw, so the
+    other weights are drawn as in a model without them)."""
     for name, param in module.named_parameters():
-        if name.endswith("bias"):
+        if name.endswith("bias") or name.rsplit(".", 1)[-1] == "missing":
             nn.init.zeros_(param)
         elif param.dim() >= 2:
             # Residual output projections get a smaller std so the residual stream starts near identity.

@@ -143,6 +143,7 @@ class SequenceEncoder(nn.Module):
             time_values=bool(config.time and config.time_values),
             item_values=bool(config.item_values),
             causal=config.causal,
+            missing_values=bool(config.missing_values and config.n_numeric),
         )
         self.rope = (
             RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)

@@ -22,14 +22,17 @@ def hide_values(
     batch: Batch, prob: float, center: Tensor, generator: torch.Generator | None = None
 ) -> tuple[Batch, Tensor]:
     """``(inputs, hidden)``: ``batch`` with each real event's values withheld with probability
-    ``prob`` (``hidden``, ``[B, L]`` bool; at least one an event in a row with events), a withheld
-    value replaced by its item's centre ``center`` (``[n_items, n_numeric]``, signed-log units)
-    mapped back to the raw scale."""
+    ``prob`` (``hidden``, ``[B, L]`` bool; at least one event drawn in a row with events), a
+    withheld value replaced by its item's centre ``center`` (``[n_items, n_numeric]``, signed-log
+    units) mapped back to the raw scale. An event none of whose values was recorded (all NaN) is
+    never withheld, and a value not recorded stays NaN (not recorded) in the inputs."""
     draws = uniform(tuple(batch.items.shape), generator, batch.items.device)
     hidden = at_least_one((draws < prob) & batch.padding_mask, batch.lengths, generator)
+    unrecorded = torch.isnan(batch.numeric)
+    hidden &= ~unrecorded.all(dim=-1)
     typical = center[batch.items].to(batch.numeric.dtype)
     typical = torch.sign(typical) * torch.expm1(typical.abs())  # the inverse of the signed log
-    numeric = torch.where(hidden[..., None], typical, batch.numeric)
+    numeric = torch.where(hidden[..., None] & ~unrecorded, typical, batch.numeric)
     return replace(batch, numeric=numeric), hidden
 
 
@@ -45,8 +48,10 @@ class ValueHead(nn.Module):
 
 
 def value_loss(predicted: Tensor, target: Tensor, hidden: Tensor) -> Tensor:
-    """Mean squared error over the withheld events' values (``predicted`` and ``target``:
-    ``[B, L, n_numeric]``, ``hidden``: ``[B, L]``); 0 when none is withheld."""
-    if not hidden.any():
+    """Mean squared error over the withheld events' recorded values (``predicted`` and
+    ``target``: ``[B, L, n_numeric]``, NaN in ``target`` where not recorded, never a target;
+    ``hidden``: ``[B, L]``); 0 when there is none."""
+    counted = hidden[..., None] & ~torch.isnan(target)
+    if not counted.any():
         return predicted.sum() * 0.0
-    return (predicted[hidden] - target[hidden]).pow(2).mean()
+    return (predicted[counted] - target[counted]).pow(2).mean()

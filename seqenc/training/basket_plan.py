@@ -117,6 +117,18 @@ def resolve_positives(option: str, config: EncoderConfig) -> str:
     return "all" if config.baskets else "one"
 
 
+def describe_baskets(positives: str, config: EncoderConfig) -> str:
+    """The line a next-basket fit prints: what a basket trains on, whether the repeat head reads
+    purchase counts (both resolved)."""
+    counts = bool(config.repeat_counts)
+    return (
+        f"next baskets: trains on {'every item' if positives == 'all' else 'one item'} of the "
+        f"next basket (model.basket_positives {positives}); the repeat head "
+        f"{'reads' if counts else 'does not read'} purchase counts "
+        f"(model.encoder.repeat_counts {str(counts).lower()})"
+    )
+
+
 def check_basket_options(options: dict[str, Any], encoder: EncoderConfig) -> None:
     """Refuse, in one line, a basket or purchase-count option that cannot apply."""
     positives = options.get("basket_positives", "one")

@@ -15,7 +15,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from seqenc.bundle import load_bundle
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.data.numeric import view_statistics
+from seqenc.data.numeric import unrecorded_shares, view_statistics
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL, Batch
@@ -24,7 +24,7 @@ from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.sampled import Proposal
-from seqenc.training.basket_plan import resolve_positives
+from seqenc.training.basket_plan import describe_baskets, resolve_positives
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
@@ -173,8 +173,10 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             )
         state = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
         shapes = {k: tuple(v.shape) for k, v in self.encoder.state_dict().items()}
+        # a bundle written before the not-recorded vectors: they keep their start, zero
+        fresh = {"embed.missing"} - set(state)
         if {k: tuple(v.shape) for k, v in state.items()} != {
-            k: v for k, v in shapes.items() if not k.startswith("head.")
+            k: v for k, v in shapes.items() if not k.startswith("head.") and k not in fresh
         }:
             why = shape_mismatch(asdict(meta.encoder), self.config, self.spec)
             raise SeqencError(f"model.init_from {path}: its weights do not fit this model: {why}")
@@ -331,6 +333,14 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         if not self.config.n_numeric:
             return
         datamodule = self.trainer.datamodule
+        if isinstance(datamodule, SequenceDataModule):
+            shares = [f"{c} {s:.1%}" for c, s in unrecorded_shares(datamodule.store).items() if s]
+            vectors = "with" if self.config.missing_values else "without"
+            if shares:
+                rank_zero_info(
+                    f"numbers not recorded (null/NaN): {', '.join(shares)} of the events; read as "
+                    f"not recorded, {vectors} a learned vector (model.encoder.missing_values)"
+                )
         if self.config.numeric_scaling != "per_item":
             rank_zero_info("numeric features: one linear map of the signed log for every item")
             return
@@ -364,13 +374,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
         if self.config.baskets:
-            positives = self.hparams.basket_positives
-            rank_zero_info(
-                f"next baskets: trains on {'every item' if positives == 'all' else 'one item'} "
-                f"of the next basket (model.basket_positives {positives}); the repeat head "
-                f"{'reads' if self.config.repeat_counts else 'does not read'} purchase counts "
-                f"(model.encoder.repeat_counts {str(self.config.repeat_counts).lower()})"
-            )
+            rank_zero_info(describe_baskets(self.hparams.basket_positives, self.config))
         if self.value_head is not None:
             rank_zero_info(
                 f"masked values: weight {self.hparams.value_weight} (a share model.mask_prob of "

@@ -40,6 +40,7 @@ SHAPE_OPTIONS = (
     "repeat_counts",
     "n_time_buckets",
     "numeric_scaling",
+    "missing_values",
     "pooling",
     "time_values",
     "item_values",
@@ -72,7 +73,7 @@ def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, An
     saved = {k: v for k, v in saved.items() if k not in ENCODER_FIELDS}
     saved_encoder = {
         k: v
-        for k, v in (saved.get("encoder") or flat).items()
+        for k, v in EncoderConfig.upgrade(saved.get("encoder") or flat).items()
         if v is not None and k not in FROM_DATA
     }
     new_encoder = given.get("encoder") or {}
@@ -140,11 +141,12 @@ def resolve_encoder(
     automatic options resolved: ``time`` (with ``query_time`` and ``time_bias``) only when the log
     has timestamps (a config meant for timed logs then trains on a click log without), and
     ``repeat_head`` ``None`` on for the causal objective when at least ``REPEAT_SHARE`` of the
-    events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item when the log
-    has numeric features; ``time_values`` and ``item_values`` ``None`` on for a model without
-    causal attention (the entity model of a label head), the latter with values read per item;
-    ``repeat_counts`` ``None`` on with the repeat head under the basket protocol. ``encoder`` may
-    be a saved configuration's fields (a checkpoint's hyper-parameters)."""
+    events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item (and
+    ``missing_values`` on) when the log has numeric features; ``time_values`` and ``item_values``
+    ``None`` on for a model without causal attention (the entity model of a label head), the
+    latter with values read per item; ``repeat_counts`` ``None`` on with the repeat head under the
+    basket protocol. ``encoder`` may be a saved configuration's fields (a checkpoint's
+    hyper-parameters)."""
     if isinstance(encoder, dict):
         encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
     data = {
@@ -172,11 +174,15 @@ def resolve_encoder(
         raise ignored("model.encoder.numeric_scaling", numeric_scaling, why)
     if numeric_scaling is None:
         numeric_scaling = "per_item" if spec.n_numeric else "global"
+    if encoder.missing_values and not spec.n_numeric:
+        why = "the log has no numeric columns (data.schema.numeric)"
+        raise ignored("model.encoder.missing_values", True, why)
     entity = _entity_options(encoder, not objective.causal, numeric_scaling, spec.n_numeric)
     return replace(
         encoder,
         **data,
         numeric_scaling=numeric_scaling,
+        missing_values=spec.n_numeric > 0 and encoder.missing_values is not False,
         item_values=entity["item_values"],
         time_values=use_time and entity["time_values"],
         group_times=use_time and entity["group_times"],

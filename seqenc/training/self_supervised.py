@@ -84,5 +84,6 @@ class SelfSupervised:
         inputs, hidden = hide_values(batch, self.hparams.mask_prob, embed.numeric_center)
         target = embed.standardised(signed_log(batch.numeric), batch.items)
         loss = value_loss(self.value_head(self.encoder(inputs)), target, hidden)
-        self.log("train/values", loss, batch_size=int(hidden.sum()))
+        counted = hidden[..., None] & ~torch.isnan(target)
+        self.log("train/values", loss, batch_size=max(int(counted.any(-1).sum()), 1))
         return loss
