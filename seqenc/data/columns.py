@@ -230,8 +230,8 @@ def _parse_floats(table: pa.Table, name: str, col: pa.ChunkedArray, offset: int)
         values = pd.to_numeric(texts, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         trimmed = texts.str.strip().str.lower()
         unrecorded = (texts.isna() | trimmed.isin(("", "nan"))).to_numpy()
-        if (np.isnan(values) & ~unrecorded).any():
-            bad = np.isnan(values) & ~unrecorded
+        bad = np.isnan(values) & ~unrecorded
+        if bad.any():
             raise _bad_row(table, name, bad, "non-numeric value", offset) from None
         return values
 

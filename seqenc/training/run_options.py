@@ -182,7 +182,7 @@ def resolve_encoder(
         encoder,
         **data,
         numeric_scaling=numeric_scaling,
-        missing_values=spec.n_numeric > 0 and encoder.missing_values is not False,
+        missing_values=_auto(encoder.missing_values, spec.n_numeric > 0),
         item_values=entity["item_values"],
         time_values=use_time and entity["time_values"],
         group_times=use_time and entity["group_times"],
