@@ -164,7 +164,8 @@ def test_a_five_row_label_table_trains_and_scores(tmp_path, monkeypatch, capsys,
         (
             pd.DataFrame({"entity_id": IDS, "y": np.linspace(0, 1, len(IDS))}),
             ["--model.class_weights", "[1.0, 2.0]"],
-            "model.class_weights [1.0, 2.0] would be ignored: the label is a number",
+            "model.class_weights would be ignored: the label is a number (regression), it has "
+            "no classes to weigh; drop it (got [1.0, 2.0])",
         ),
         (
             pd.DataFrame({"entity_id": IDS, "y": np.arange(len(IDS)) % 2}),
@@ -189,9 +190,10 @@ def test_label_failures_are_one_line_before_anything_prints(
 def test_label_options_without_labels_are_one_line(tmp_path, monkeypatch, capsys):
     EVENTS.to_parquet(tmp_path / "events.parquet")
     monkeypatch.chdir(tmp_path)
-    for option, value in (("label_steps", "5"), ("class_weights", "none")):
+    for option, value, got in (("label_steps", "5", "5"), ("class_weights", "none", "'none'")):
         with pytest.raises(SystemExit) as info:
             main(["fit", *FIT[:-6], f"--model.{option}", value])
         err = capsys.readouterr().err.strip().splitlines()
         assert info.value.code == 1 and len(err) == 1
         assert f"model.{option} would be ignored" in err[0] and "no label table" in err[0]
+        assert err[0].endswith(f"; drop it (got {got})")

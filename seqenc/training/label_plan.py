@@ -23,8 +23,9 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from seqenc.data.bounds import check_count
 from seqenc.data.datamodule import SequenceDataModule
-from seqenc.errors import SeqencError
+from seqenc.errors import SeqencError, ignored
 
 LABEL_EPOCHS = 12
 MIN_LABEL_STEPS = 200
@@ -70,24 +71,17 @@ def check_label_options(
     option that cannot work or would be ignored: ``label_steps`` not an integer >= 1;
     ``class_weights`` not auto / none / one finite positive weight per class; either without a
     label table, or class weights on a regression label."""
-    if label_steps is not None and (
-        isinstance(label_steps, bool) or not isinstance(label_steps, int) or label_steps < 1
-    ):
-        raise SeqencError(f"model.label_steps must be an integer >= 1 or null, got {label_steps!r}")
+    check_count(label_steps, "model.label_steps", optional=True)
     if isinstance(option, str) and option not in ("auto", "none"):
         raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
-    given = [n for n, v, d in (("class_weights", option, "auto"), ("label_steps", label_steps, None))
-             if v != d]  # fmt: skip
+    defaults = (("class_weights", option, "auto"), ("label_steps", label_steps, None))
+    given = [(name, value) for name, value, default in defaults if value != default]
     if given and not labels:
-        raise SeqencError(
-            f"model.{given[0]} would be ignored: it sets how a label head trains, and there is no "
-            "label table (data.labels)"
-        )
+        why = "it sets how a label head trains, and there is no label table (data.labels)"
+        raise ignored(f"model.{given[0][0]}", given[0][1], why)
     if option != "auto" and labels and labels["task"] == "regression":
-        raise SeqencError(
-            f"model.class_weights {option!r} would be ignored: the label is a number "
-            "(regression), it has no classes to weigh"
-        )
+        why = "the label is a number (regression), it has no classes to weigh"
+        raise ignored("model.class_weights", option, why)
     if not isinstance(option, str) and labels:
         classes = labels["classes"]
         weights = np.asarray(option, dtype=float)
