@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqenc.cli import main
 from seqenc.data.schema import EventSchema
@@ -25,6 +27,7 @@ from seqenc.training.basket_plan import (
     basket_schedule,
 )
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
+from seqenc.training.epochs import whole_epochs
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import REPEAT_SHARE
@@ -50,7 +53,7 @@ def naive_stop(curve: list[float], patience: int, min_share: float, epochs: int)
         (108, None, -1, None, BASKET_EPOCHS * 108, BASKET_EPOCHS),  # Ta-Feng's shape
         (7, None, -1, None, 203, 29),  # a small log: at least MIN_BASKET_STEPS, whole epochs
         (600, None, -1, None, 1800, 3),  # a large one: at most MAX_BASKET_STEPS, whole epochs
-        (2500, None, -1, None, 2000, 1),  # ... within its one epoch
+        (2500, None, -1, None, 2500, 1),  # ... one whole epoch where one is longer
         (108, None, 2000, 40, 540, 5),  # clicks.yaml's caps do not bind
         (108, None, 500, None, 432, 4),  # a cap inside an epoch ends at the last whole one
         (108, None, 216, None, 216, 2),  # ... at a whole epoch itself
@@ -65,6 +68,23 @@ def test_the_schedule_is_sized_from_the_log(batches, given, max_steps, max_epoch
     got = basket_schedule(batches, given, max_steps, max_epochs)
     assert got[:2] == (steps, epochs)
     assert got[2].startswith(f"basket schedule: {steps:,} steps = {epochs} epoch")
+
+
+@settings(max_examples=200)
+@given(
+    batches=st.integers(1, 3000),
+    epochs=st.integers(1, 60),
+    low=st.integers(1, 500),
+    ratio=st.integers(2, 12),
+)
+def test_whole_epochs_is_the_nearest_count_within_the_bounds(batches, epochs, low, ratio):
+    """Against a search: of the whole epoch counts whose steps lie within [low, high], the one
+    nearest to the epochs asked for; one epoch where none fits (an epoch longer than high)."""
+    high = ratio * low
+    inside = [k for k in range(1, high + 1) if low <= k * batches <= high]
+    expected = min(inside, key=lambda k: abs(k - epochs)) if inside else 1
+    assert whole_epochs(batches, epochs, low, high) == expected
+    assert inside or batches > high
 
 
 def test_auto_keeps_the_best_only_where_validation_asks_what_the_test_asks():

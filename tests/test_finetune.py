@@ -189,7 +189,8 @@ def test_a_fine_tuning_fit_prints_its_plan_and_the_aggregates_beside_its_score(t
 def test_the_schedule_scales_with_the_labelled_rows_within_its_bounds():
     assert label_schedule(3200, 50, None)[:2] == (12 * 50, 12)
     assert label_schedule(100, 2, None)[:2] == (MIN_LABEL_STEPS, MIN_LABEL_STEPS // 2)
-    assert label_schedule(10**6, 800, None)[:2] == (3 * 800, 3)  # 2,000 steps: 3 whole epochs
+    assert label_schedule(10**6, 800, None)[:2] == (2 * 800, 2)  # the most within 2,000 steps
+    assert label_schedule(10**7, 2500, None)[:2] == (2500, 1)  # one epoch where one is longer
     assert label_schedule(3200, 50, 120)[:2] == (150, 3)  # model.label_steps, whole epochs
     assert label_schedule(3200, 50, 120, max_steps=7)[:2] == (7, 1)  # an explicit max_steps
     binary = {"task": "classification", "classes": [0, 1]}

@@ -18,6 +18,7 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError, ignored
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
+from seqenc.training.epochs import whole_epochs
 
 BASKET_EPOCHS = 5
 MIN_BASKET_STEPS = 200
@@ -32,16 +33,15 @@ def basket_schedule(
     max_epochs: int | None = None,
 ) -> tuple[int, int, str]:
     """``(steps, epochs, why)`` of a next-basket fit with ``batches_per_epoch`` training batches:
-    ``basket_steps`` if given, else :data:`BASKET_EPOCHS` epochs, moved to the nearest whole
-    number of epochs within ``[MIN_BASKET_STEPS, MAX_BASKET_STEPS]`` (at most the latter within
-    one epoch), then capped by ``max_steps`` (>= 0) and ``max_epochs`` (a cap that ends inside an
-    epoch ends at the last whole one, unless it is below one epoch)."""
+    ``basket_steps`` if given, else :data:`BASKET_EPOCHS` epochs moved into
+    ``[MIN_BASKET_STEPS, MAX_BASKET_STEPS]`` (:func:`~seqenc.training.epochs.whole_epochs`), then
+    capped by ``max_steps`` (>= 0) and ``max_epochs`` (a cap that ends inside an epoch ends at the
+    last whole one, unless it is below one epoch)."""
     batches = max(1, batches_per_epoch)
     if basket_steps is not None:
         steps, how = basket_steps, "model.basket_steps"
     else:
-        fewest, most = math.ceil(MIN_BASKET_STEPS / batches), MAX_BASKET_STEPS // batches
-        steps = min(min(max(BASKET_EPOCHS, fewest), max(1, most)) * batches, MAX_BASKET_STEPS)
+        steps = whole_epochs(batches, BASKET_EPOCHS, MIN_BASKET_STEPS, MAX_BASKET_STEPS) * batches
         how = (
             f"auto: {BASKET_EPOCHS} epochs within [{MIN_BASKET_STEPS:,}, "
             f"{MAX_BASKET_STEPS:,}] steps; model.basket_steps sets it"

@@ -26,6 +26,7 @@ import torch
 from seqenc.data.bounds import check_count
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError, ignored
+from seqenc.training.epochs import whole_epochs
 
 LABEL_EPOCHS = 12
 MIN_LABEL_STEPS = 200
@@ -38,17 +39,17 @@ def label_schedule(
     n_rows: int, batches_per_epoch: int, label_steps: int | None, max_steps: int = -1
 ) -> tuple[int, int, str]:
     """``(steps, epochs, why)`` of a fine-tuning fit over ``n_rows`` labelled training rows in
-    ``batches_per_epoch`` batches: ``label_steps`` if given, else :data:`LABEL_EPOCHS` epochs
-    bounded to ``[MIN_LABEL_STEPS, MAX_LABEL_STEPS]``, rounded up to whole epochs (each ends with
-    a validation); an explicit ``max_steps`` (>= 0) wins as it is."""
+    ``batches_per_epoch`` batches: ``label_steps`` rounded up to whole epochs (each ends with a
+    validation) if given, else :data:`LABEL_EPOCHS` epochs moved into ``[MIN_LABEL_STEPS,
+    MAX_LABEL_STEPS]`` (:func:`~seqenc.training.epochs.whole_epochs`); an explicit ``max_steps``
+    (>= 0) wins as it is."""
     batches = max(1, batches_per_epoch)
     if max_steps >= 0:
         steps, how = max_steps, "trainer.max_steps"
     elif label_steps is not None:
         steps, how = label_steps, "model.label_steps"
     else:
-        wanted = LABEL_EPOCHS * batches
-        steps = min(max(wanted, MIN_LABEL_STEPS), MAX_LABEL_STEPS)
+        steps = whole_epochs(batches, LABEL_EPOCHS, MIN_LABEL_STEPS, MAX_LABEL_STEPS) * batches
         how = (
             f"auto: {LABEL_EPOCHS} epochs, within [{MIN_LABEL_STEPS:,}, {MAX_LABEL_STEPS:,}]; "
             "model.label_steps sets it"
