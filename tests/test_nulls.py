@@ -20,8 +20,9 @@ from seqenc.bundle import CONFIG_FILE, _hash, load_bundle
 from seqenc.data.aggregates import AggregateSpec, aggregate_features
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.events import read_events
-from seqenc.data.numeric import item_statistics
+from seqenc.data.numeric import item_statistics, require_recorded
 from seqenc.data.schema import EventSchema
+from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError
 from seqenc.inference import load_encoder
@@ -110,6 +111,10 @@ def test_a_fit_refuses_a_numeric_column_never_recorded():
     data = SequenceDataModule(events, schema=SCHEMA, history_len=16, batch_size=16)
     with pytest.raises(SeqencError, match="'amount'.*no value recorded.*data.schema.numeric"):
         data.splits  # noqa: B018 (the property reads the log)
+    once = events.assign(amount=np.where(np.arange(len(events)) == 7, 1.5, np.nan))
+    require_recorded(build_sequences(once, SCHEMA)[0])  # one recorded value is enough
+    with pytest.raises(SeqencError, match="'amount'.*no value recorded"):
+        require_recorded(build_sequences(events, SCHEMA)[0])
 
 
 # --- the statistics and the model's input ---------------------------------------------------------

@@ -29,6 +29,7 @@ from seqenc.data.labels import (
 )
 from seqenc.data.lengths import auto_history_len, check_history_len
 from seqenc.data.loaders import load_dataset
+from seqenc.data.numeric import require_recorded
 from seqenc.data.sampling import BucketBatchSampler
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import (
@@ -246,6 +247,7 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def splits(self) -> tuple[SequenceView, SequenceView, SequenceView]:
         """(train, val, test) leave-one-out views: of events, or of baskets (basket protocol)."""
+        require_recorded(self.store)
         require_trainable(self.store, self.min_len)
         split = leave_one_basket_out if self.basket_protocol else leave_one_out
         train, val, test = split(self.store, min_len=self.min_len)
@@ -384,10 +386,8 @@ class SequenceDataModule(pl.LightningDataModule):
         if self.windows:
             train = training_windows(train, self.window_len)
         keep = train.lengths >= 2  # a one-event window holds no next-item target
-        return self._loader(
-            SequenceView(train.store, train.rows[keep], train.starts[keep], train.ends[keep]),
-            train=True,
-        )
+        train = SequenceView(train.store, train.rows[keep], train.starts[keep], train.ends[keep])
+        return self._loader(train, train=True)
 
     def val_dataloader(self) -> DataLoader:
         if self.labels is not None:

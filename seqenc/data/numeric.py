@@ -15,6 +15,7 @@ import torch
 
 from seqenc.data.sequences import SequenceStore
 from seqenc.data.split import SequenceView, flat_events
+from seqenc.errors import SeqencError
 from seqenc.model.embeddings import signed_log
 
 PRIOR_EVENTS = 20.0  # pseudo-events of the whole log's statistics added to every item's
@@ -60,6 +61,17 @@ def _shrunk(items: np.ndarray, logs: np.ndarray, n_items: int) -> tuple[np.ndarr
 def unrecorded_shares(store: SequenceStore) -> dict[str, float]:
     """Each numeric column's share of the store's events whose value was not recorded (NaN)."""
     return {c: float(np.isnan(v).mean()) if len(v) else 0.0 for c, v in store.numeric.items()}
+
+
+def require_recorded(store: SequenceStore) -> None:
+    """Refuse a numeric column with no recorded value (all null or NaN) in the log a model is
+    fitted on: its statistics and its embedding would be learnt from nothing."""
+    for name, values in store.numeric.items():
+        if len(values) and np.isnan(values).all():
+            raise SeqencError(
+                f"numeric column {name!r}: no value recorded (all null/NaN) in the "
+                "log a model is fitted on; drop it from data.schema.numeric"
+            )
 
 
 def view_statistics(

@@ -381,13 +381,7 @@ def require_known_items(store: SequenceStore, source: str | None) -> None:
 def require_trainable(store: SequenceStore, min_len: int, min_events: int = MIN_EVENTS) -> None:
     """Refuse a log where no entity has ``max(min_len, min_events)`` events (leave-one-out holds
     out two events and a training window needs two more): training would run on nothing and
-    save an untrained model; or a numeric column with no recorded value (all null or NaN)."""
-    for name, values in store.numeric.items():
-        if len(values) and np.isnan(values).all():
-            raise SeqencError(
-                f"numeric column {name!r}: no value recorded (all null/NaN) in the "
-                "log a model is fitted on; drop it from data.schema.numeric"
-            )
+    save an untrained model."""
     needed = max(min_len, min_events)
     lengths = store.lengths
     if len(store) and (lengths >= needed).any():
