@@ -14,6 +14,7 @@ import torch
 from seqenc import load_encoder
 from seqenc.data import events as event_reader
 from seqenc.data.aggregates import AggregateSpec
+from seqenc.encoding import run as encoding_run
 from seqenc.errors import SeqencError
 from seqenc.evaluate import predict_at
 from seqenc.model.embeddings import signed_log
@@ -89,6 +90,19 @@ def test_a_fused_encode_reads_its_events_once(fused, monkeypatch) -> None:
         events, as_of=events["timestamp"].quantile(0.6), output="numpy", on_empty="skip"
     )
     assert calls == [len(events)] and out.predictions.shape == (len(out.entity_ids), 4)
+
+
+def test_recommend_computes_no_aggregates(fused, monkeypatch) -> None:
+    """A fused bundle's recommend reads histories only: the head's aggregates are not computed
+    (the encode beside it computes them once, so the count is the one that matters)."""
+    bundle, events, _, _ = fused
+    enc = load_encoder(bundle, "cpu")
+    computed, wide = [], encoding_run.wide_inputs
+    monkeypatch.setattr(encoding_run, "wide_inputs", lambda *a: computed.append(1) or wide(*a))
+    top = enc.recommend(events, k=3)
+    assert computed == [] and len(top) == 3 * top["entity_id"].nunique() > 0
+    enc.encode(events, output="numpy")
+    assert computed == [1]
 
 
 def test_predict_at_reads_each_rows_own_cutoff(fused) -> None:

@@ -103,20 +103,22 @@ class Encoding:
         self.last = last_step(bundle, options)
 
     def stores(self, parts: Iterable[Source], keep_newest: int | None) -> Iterator[SequenceStore]:
-        """Each part's histories (:func:`sequences`, newest ``keep_newest`` events), counted."""
-        for store, _ in self._read(parts, keep_newest):
+        """Each part's histories (:func:`sequences`, newest ``keep_newest`` events), counted;
+        a fused head's aggregates are not computed (what reads the stores has no use for them)."""
+        for store, _ in self._read(parts, keep_newest, aggregates=False):
             yield store
 
     def _read(
-        self, parts: Iterable[Source], keep_newest: int | None
+        self, parts: Iterable[Source], keep_newest: int | None, aggregates: bool = True
     ) -> Iterator[tuple[SequenceStore, np.ndarray | None]]:
-        """Each part's store and a fused head's aggregates of its entities (:func:`wide_inputs`),
-        both from the part read once (its typed :class:`Events`, which a reader takes as is)."""
+        """Each part's store and, with ``aggregates``, a fused head's aggregates of its entities
+        (:func:`wide_inputs`; else ``None``), both from the part read once (its typed
+        :class:`Events`, which a reader takes as is)."""
         bundle, schema = self.bundle, self.bundle.meta.schema
         for part in parts:
             part = Events(read_events(part, schema, exact=True), schema)
             store, counts = sequences(part, bundle.meta, bundle.vocabs, self.options, keep_newest)
-            wide = wide_inputs(part, store, bundle.meta, self.options.cut)
+            wide = wide_inputs(part, store, bundle.meta, self.options.cut) if aggregates else None
             self.counts += counts
             del part  # the next part is read with this one's memory released
             yield store, wide
