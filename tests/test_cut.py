@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -45,6 +47,8 @@ STEP_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1, "iso": 1}
 # by rounding down to it below.
 BASE_NS = 1_704_067_200 * 10**9 + 123_456_789
 N_ITEMS = 6
+DELTAS = (-1, 0, 1)  # the cut-off in nanoseconds from E
+GRID = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]]  # the fixed log's steps from E, per entity
 FAST = settings(
     max_examples=25,
     deadline=None,
@@ -88,16 +92,61 @@ def as_given(cut_ns: int, form: str) -> object:
     return {"timestamp": ts, "iso": str(ts.tz_localize(None)), "datetime64": ts.asm8}[form]
 
 
+@dataclass
+class Case:
+    """A log around ``E`` (:func:`event_log` of ``fmt``, ``steps``, ``items``) and its cut-off
+    ``E + delta`` ns as a user gives it in ``form`` (:func:`as_given`); shown by these fields
+    alone where a test fails."""
+
+    fmt: str
+    steps: list[list[int]]
+    items: list[list[int]]
+    delta: int = 0
+    form: str = "iso"
+
+    @cached_property
+    def log(self) -> tuple[pa.Table, np.ndarray]:
+        return event_log(self.fmt, self.steps, self.items)
+
+    @property
+    def table(self) -> pa.Table:
+        return self.log[0]
+
+    @property
+    def ns(self) -> np.ndarray:
+        """Each row's time in nanoseconds."""
+        return self.log[1]
+
+    @property
+    def cut_ns(self) -> int:
+        return instant(self.fmt) + self.delta
+
+    @property
+    def as_of(self) -> object:
+        return as_given(self.cut_ns, self.form)
+
+    @property
+    def want(self) -> pd.Series:
+        """The reference: each entity's events at or before the cut-off."""
+        return reference(self.table, self.ns, self.cut_ns)
+
+
+def grid(fmt: str, delta: int = 0, copies: int = 1) -> Case:
+    """The fixed log: :data:`GRID` ``copies`` times, each of its rows an entity, items in turn."""
+    steps = GRID * copies
+    return Case(fmt, steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps], delta)
+
+
 @st.composite
-def cases(draw):
-    """``(fmt, steps, items, delta, form)``: a small log around ``E`` and a cut within 1 ns of it."""
+def cases(draw) -> Case:
+    """A small log around ``E`` and a cut within 1 ns of it, given in any form."""
     fmt = draw(st.sampled_from(FORMATS))
     n = draw(st.integers(1, 4))
     steps = [draw(st.lists(st.integers(-3, 3), min_size=1, max_size=6)) for _ in range(n)]
     items = [[draw(st.integers(1, N_ITEMS)) for _ in s] for s in steps]
-    delta = draw(st.sampled_from((-1, 0, 1)))
+    delta = draw(st.sampled_from(DELTAS))
     form = draw(st.sampled_from(("timestamp", "iso", "datetime64")))
-    return fmt, steps, items, delta, form
+    return Case(fmt, steps, items, delta, form)
 
 
 def every_item_log() -> pd.DataFrame:
@@ -147,7 +196,7 @@ def same(got: pd.Series, want: pd.Series) -> None:
 
 
 @FAST
-@given(st.sampled_from(FORMATS), st.integers(-3, 3), st.sampled_from((-1, 0, 1)))
+@given(st.sampled_from(FORMATS), st.integers(-3, 3), st.sampled_from(DELTAS))
 def test_at_or_before_is_the_integer_comparison(fmt, step, delta):
     from seqenc.data import cut as cut_module
 
@@ -180,100 +229,85 @@ def test_a_number_cut_compares_float_seconds_exactly():
 @FAST
 @given(cases())
 def test_read_events_until(case):
-    fmt, steps, items, delta, form = case
-    table, ns = event_log(fmt, steps, items)
-    cut_ns = instant(fmt) + delta
-    want = reference(table, ns, cut_ns)
-    for source in (table, table.to_pandas()):
-        got = read_events(source, SCHEMA, until=as_given(cut_ns, form))
-        same(pd.Series(got["entity_id"].to_numpy()).value_counts().sort_index(), want)
+    for source in (case.table, case.table.to_pandas()):
+        got = read_events(source, SCHEMA, until=case.as_of)
+        same(pd.Series(got["entity_id"].to_numpy()).value_counts().sort_index(), case.want)
 
 
 @FAST
 @given(cases())
 def test_encode(encoder, case):
-    fmt, steps, items, delta, form = case
-    table, ns = event_log(fmt, steps, items)
-    cut_ns = instant(fmt) + delta
-    want = reference(table, ns, cut_ns)
-    if want.empty:
+    if case.want.empty:
         with pytest.raises(SeqencError, match="no event at or before"):
-            encoder.encode(table, as_of=as_given(cut_ns, form))
+            encoder.encode(case.table, as_of=case.as_of)
         return
-    got = encoder.encode(table, as_of=as_given(cut_ns, form), on_empty="skip")
-    same(counts_of(got), want)
+    same(counts_of(encoder.encode(case.table, as_of=case.as_of, on_empty="skip")), case.want)
 
 
 @FAST
 @given(cases())
 def test_spark_partitions(bundle, case):
-    fmt, steps, items, delta, form = case
-    table, ns = event_log(fmt, steps, items)
-    cut_ns = instant(fmt) + delta
-    options = EncodeOptions(as_of=as_given(cut_ns, form), on_empty="skip")
+    options = EncodeOptions(as_of=case.as_of, on_empty="skip")
     loaded = load_on(bundle, "cpu", options)
-    out = list(encode_sorted(table.to_batches(max_chunksize=3), loaded, options, "entity_id", 4))
+    batches = case.table.to_batches(max_chunksize=3)
+    out = list(encode_sorted(batches, loaded, options, "entity_id", 4))
     got = (
         pa.Table.from_batches(out).to_pandas()
         if out
         else pd.DataFrame({"entity_id": [], "n_events_read": []})
     )
-    same(counts_of(got), reference(table, ns, cut_ns))
+    same(counts_of(got), case.want)
 
 
 @FAST
 @given(cases())
 def test_update(encoder, case):
     """A state of the events well before ``E``, then the rest with the cut: as ``encode``."""
-    fmt, steps, items, delta, form = case
-    table, ns = event_log(fmt, steps, items)
-    cut_ns = instant(fmt) + delta
-    want = reference(table, ns, cut_ns)
-    early = ns < instant(fmt) - 2 * STEP_NS[fmt]
-    first = table.filter(pa.array(early))
-    if first.num_rows == 0 or want.empty:
+    early = case.ns < instant(case.fmt) - 2 * STEP_NS[case.fmt]
+    first = case.table.filter(pa.array(early))
+    if first.num_rows == 0 or case.want.empty:
         return
     state = encoder.state(first, on_empty="skip")
-    got, _ = encoder.update(
-        state, table.filter(pa.array(~early)), as_of=as_given(cut_ns, form), on_empty="skip"
-    )
-    same(counts_of(got), want)
+    rest = case.table.filter(pa.array(~early))
+    got, _ = encoder.update(state, rest, as_of=case.as_of, on_empty="skip")
+    same(counts_of(got), case.want)
 
 
+@pytest.mark.parametrize("delta", DELTAS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_export(bundle, tmp_path, fmt):
-    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]]
-    table, ns = event_log(fmt, steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
-    pq.write_table(table, tmp_path / "events.parquet")
-    for delta in (-1, 0, 1):
-        cut_ns = instant(fmt) + delta
-        out = tmp_path / f"out{delta}.parquet"
-        export_embeddings(
-            bundle, tmp_path / "events.parquet", out, as_of=as_given(cut_ns, "iso"), progress=False
-        )
-        same(counts_of(pq.read_table(out).to_pandas()), reference(table, ns, cut_ns))
+def test_export(bundle, tmp_path, fmt, delta):
+    case = grid(fmt, delta)
+    pq.write_table(case.table, tmp_path / "events.parquet")
+    out = tmp_path / "out.parquet"
+    export_embeddings(bundle, tmp_path / "events.parquet", out, as_of=case.as_of, progress=False)
+    same(counts_of(pq.read_table(out).to_pandas()), case.want)
 
 
-def per_row_labels(table: pa.Table, deltas: list[int], fmt: str) -> pd.DataFrame:
-    """One label row per entity, each with its own cut-off ``E + delta`` (nanoseconds)."""
-    ids = np.unique(table["entity_id"].to_numpy())
+def per_row_labels(case: Case, deltas: list[int]) -> pd.DataFrame:
+    """One label row per entity of ``case``'s log, each with its own cut-off ``E + delta`` (ns)."""
+    ids = np.unique(case.table["entity_id"].to_numpy())
     when = pd.to_datetime(
-        instant(fmt) + np.asarray(deltas[: len(ids)], np.int64), unit="ns", utc=True
+        instant(case.fmt) + np.asarray(deltas[: len(ids)], np.int64), unit="ns", utc=True
     )
     return pd.DataFrame({"entity_id": ids, "as_of": when, "y": np.arange(len(ids)) % 2})
 
 
-rows = st.tuples(cases(), st.lists(st.sampled_from((-1, 0, 1)), min_size=4, max_size=4))
+def row_cuts(case: Case, labels: pd.DataFrame) -> np.ndarray:
+    """Each event's cut-off in nanoseconds: its entity's label row's (one row per entity)."""
+    cuts = labels.set_index("entity_id")["as_of"].astype("int64")
+    return cuts.loc[case.table["entity_id"].to_numpy()].to_numpy()
+
+
+rows = st.tuples(cases(), st.lists(st.sampled_from(DELTAS), min_size=4, max_size=4))
 
 
 @FAST
 @given(rows)
-def test_fine_tuning_label_rows(case):
-    (fmt, steps, items, _, _), deltas = case
-    table, ns = event_log(fmt, steps, items)
-    labels = per_row_labels(table, deltas, fmt)
-    cut_ns = labels.set_index("entity_id")["as_of"].astype("int64")
-    row_of_event = cut_ns.loc[table["entity_id"].to_numpy()].to_numpy()
+def test_fine_tuning_label_rows(drawn):
+    case, deltas = drawn
+    table = case.table
+    labels = per_row_labels(case, deltas)
+    n, want = len(labels), reference(table, case.ns, row_cuts(case, labels))
     if labels["y"].nunique() < 2:  # a second class: the same entities a day later
         later = labels.assign(y=1 - labels["y"], as_of=labels["as_of"] + pd.Timedelta(days=1))
         labels = pd.concat([labels, later], ignore_index=True)
@@ -284,46 +318,39 @@ def test_fine_tuning_label_rows(case):
         samples = labelled_view(dm.store, dm.label_table)
     except SeqencError as e:  # every row before its entity's first event: refused
         assert "lies before its entity's first event" in str(e)
-        assert reference(table, ns, row_of_event).empty
+        assert want.empty
         return
-    n = len(cut_ns)  # the rows at E + delta (the later rows of a second class come after)
-    mine = samples.rows < n
+    mine = samples.rows < n  # the rows at E + delta (the later rows of a second class come after)
     ids = labels["entity_id"].to_numpy()[samples.rows[mine]]
     got = pd.Series((samples.view.ends - samples.view.starts)[mine], index=ids).sort_index()
-    same(got, reference(table, ns, row_of_event))
+    same(got, want)
 
 
 @FAST
 @given(rows)
-def test_aggregates_and_the_probe_events(case):
+def test_aggregates_and_the_probe_events(drawn):
     """The aggregates at one cut-off and at per-row cut-offs (what ``seqenc probe --events``
     computes for a label table with ``as_of``)."""
-    (fmt, steps, items, delta, form), deltas = case
-    table, ns = event_log(fmt, steps, items)
-    cut_ns = instant(fmt) + delta
-    want = reference(table, ns, cut_ns)
-    if not want.empty:
-        got = aggregate_features(table, SCHEMA, as_of=as_given(cut_ns, form))
-        same(counts_of(got, "n_events"), want)
-    labels = per_row_labels(table, deltas, fmt)
-    per_event = (
-        labels.set_index("entity_id")["as_of"].astype("int64").loc[table["entity_id"].to_numpy()]
-    )
-    want = reference(table, ns, per_event.to_numpy())
+    case, deltas = drawn
+    if not case.want.empty:
+        got = aggregate_features(case.table, SCHEMA, as_of=case.as_of)
+        same(counts_of(got, "n_events"), case.want)
+    labels = per_row_labels(case, deltas)
+    want = reference(case.table, case.ns, row_cuts(case, labels))
     if want.empty:
         return
-    got = aggregate_features(table, SCHEMA, as_of=labels[["entity_id", "as_of"]])
+    got = aggregate_features(case.table, SCHEMA, as_of=labels[["entity_id", "as_of"]])
     same(counts_of(got, "n_events"), want)
 
 
 @FAST
 @given(rows)
-def test_label_aggregates(case):
+def test_label_aggregates(drawn):
     """A fused head's aggregates of each label row (fit time), cut at the label table's cut-offs;
     a row with no event left is 0."""
-    (fmt, steps, items, _, _), deltas = case
-    table, ns = event_log(fmt, steps, items)
-    frame = per_row_labels(table, deltas, fmt)
+    case, deltas = drawn
+    table, ns = case.log
+    frame = per_row_labels(case, deltas)
     if frame["y"].nunique() < 2:  # a second class: the entity a day earlier, before its events
         earlier = frame.assign(y=1, as_of=frame["as_of"] - pd.Timedelta(days=1))
         frame = pd.concat([frame, earlier], ignore_index=True)
@@ -345,30 +372,24 @@ def test_label_aggregates(case):
 @given(cases())
 def test_wide_inputs(encoder, fused, case):
     """A fused head's aggregates at encode time: the events at or before the encode's cut."""
-    fmt, steps, items, delta, form = case
-    table, ns = event_log(fmt, steps, items)
-    cut_ns = instant(fmt) + delta
-    options = EncodeOptions(as_of=as_given(cut_ns, form), on_empty="skip")
-    store, _ = sequences(table, fused, encoder.vocabs, options, None)
-    wide = wide_inputs(table, store, fused, options.cut)
+    options = EncodeOptions(as_of=case.as_of, on_empty="skip")
+    store, _ = sequences(case.table, fused, encoder.vocabs, options, None)
+    wide = wide_inputs(case.table, store, fused, options.cut)
     names = fused.head["aggregates"]["names"]
     got = pd.Series(wide[:, names.index("n_events")], index=store.entity_ids.to_numpy())
-    same(got.astype(np.int64), reference(table, ns, cut_ns))
+    same(got.astype(np.int64), case.want)
 
 
 @FAST
 @given(rows)
-def test_embed_at(encoder, case):
-    (fmt, steps, items, _, _), deltas = case
-    table, ns = event_log(fmt, steps, items)
-    labels = per_row_labels(table, deltas, fmt)
-    per_event = (
-        labels.set_index("entity_id")["as_of"].astype("int64").loc[table["entity_id"].to_numpy()]
-    )
-    want = reference(table, ns, per_event.to_numpy())
+def test_embed_at(encoder, drawn):
+    case, deltas = drawn
+    labels = per_row_labels(case, deltas)
+    want = reference(case.table, case.ns, row_cuts(case, labels))
     if want.empty:
         return
-    got = embed_at(encoder, table, labels[["entity_id", "as_of"]], columns=("n_events_read",))
+    at = labels[["entity_id", "as_of"]]
+    got = embed_at(encoder, case.table, at, columns=("n_events_read",))
     same(counts_of(got), want)
 
 
@@ -377,15 +398,13 @@ def test_embed_at(encoder, case):
 def test_drift_known_items(encoder, case):
     """The share of known items among the events at or before the cut: the events at ``E`` and
     later carry an item the model never saw."""
-    fmt, steps, items, delta, form = case
-    table, ns = event_log(fmt, steps, items)
+    table, ns, e = case.table, case.ns, instant(case.fmt)
     table = table.set_column(
-        1, "item_id", pa.array(np.where(ns >= instant(fmt), 999, table["item_id"].to_numpy()))
+        1, "item_id", pa.array(np.where(ns >= e, 999, table["item_id"].to_numpy()))
     )
-    cut_ns = instant(fmt) + delta
-    kept = ns <= cut_ns
-    want = float((ns[kept] < instant(fmt)).mean()) if kept.any() else 0.0
-    got = known_items({"m": encoder}, table, as_of=as_given(cut_ns, form))["m"]
+    kept = ns <= case.cut_ns
+    want = float((ns[kept] < e).mean()) if kept.any() else 0.0
+    got = known_items({"m": encoder}, table, as_of=case.as_of)["m"]
     assert got == pytest.approx(want, abs=1e-12)
 
 
@@ -399,12 +418,11 @@ def probe(argv: list[str]) -> None:
 
 @pytest.mark.parametrize("taken", ["whole", "earlier", "csv"])
 def test_probe_refuses_embeddings_not_taken_at_the_label_cut_offs(encoder, tmp_path, capsys, taken):
-    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]] * 3
-    table, _ = event_log("ns", steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
-    labels = per_row_labels(table, [0] * len(steps), "ns")
+    case = grid("ns", delta=-1, copies=3)
+    labels = per_row_labels(case, [0] * len(case.steps))
     labels.to_parquet(tmp_path / "labels.parquet")
-    as_of = None if taken == "whole" else str(pd.Timestamp(instant("ns") - 1, unit="ns"))
-    emb = encoder.encode(table, as_of=as_of, on_empty="skip", output="arrow")
+    as_of = None if taken == "whole" else case.as_of
+    emb = encoder.encode(case.table, as_of=as_of, on_empty="skip", output="arrow")
     if taken == "csv":
         emb.to_pandas().assign(embedding=lambda d: d["embedding"].map(list)).to_csv(
             tmp_path / "emb.csv"
@@ -429,12 +447,11 @@ def test_probe_refuses_embeddings_not_taken_at_the_label_cut_offs(encoder, tmp_p
 
 
 def test_probe_takes_embeddings_taken_at_the_label_cut_offs(encoder, tmp_path, capsys):
-    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]] * 10
-    table, _ = event_log("ns", steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
-    labels = per_row_labels(table, [1] * len(steps), "ns")
+    case = grid("ns", delta=1, copies=10)
+    labels = per_row_labels(case, [1] * len(case.steps))
     labels.to_parquet(tmp_path / "labels.parquet")
-    at = str(pd.Timestamp(instant("ns") + 1, unit="ns"))
-    pq.write_table(encoder.encode(table, as_of=at, output="arrow"), tmp_path / "emb.parquet")
+    emb = encoder.encode(case.table, as_of=case.as_of, output="arrow")
+    pq.write_table(emb, tmp_path / "emb.parquet")
     probe(
         [
             "--labels",
@@ -471,9 +488,8 @@ def test_every_reader_goes_through_the_one_function(encoder, bundle, fused, tmp_
             module, "at_or_before", None
         ) is original:
             monkeypatch.setattr(module, "at_or_before", nothing)
-    steps = [[-2, 0, 1], [0, 0], [1, 2], [-1, 0, 3]]
-    table, _ = event_log("ns", steps, [[1 + j % N_ITEMS for j in range(len(s))] for s in steps])
-    late = as_given(instant("ns") + 10**12, "iso")  # after every event: everything is in
+    case = grid("ns", delta=10**12)  # after every event: everything is in
+    table, late = case.table, case.as_of
     assert read_events(table, SCHEMA, until=late).num_rows == 0
     with pytest.raises(SeqencError, match="no event at or before"):
         encoder.encode(table, as_of=late)
@@ -491,7 +507,7 @@ def test_every_reader_goes_through_the_one_function(encoder, bundle, fused, tmp_
         bundle, tmp_path / "events.parquet", tmp_path / "out.parquet", as_of=late, progress=False
     )
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 0
-    labels = per_row_labels(table, [10**12] * 4, "ns")
+    labels = per_row_labels(case, [10**12] * 4)
     with pytest.raises(SeqencError, match="first event"):
         dm = SequenceDataModule(
             table.to_pandas(), schema=SCHEMA, labels=labels, label_column="y", history_len=16
