@@ -108,7 +108,8 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
     """``loss: auto`` by catalogue size (the threshold moved to 10 real items here), saved
     resolved; under the sampled term without exact rows (``exact_share: 0``) the item table gets a
     sparse gradient, which the module's clipping and optimiser take, and the step changes only the
-    rows the batch read; with its default exact rows every real item's row gets a gradient."""
+    rows the batch read; with its default exact rows every real item's row gets a gradient (also
+    when only they train the table: ``item_gradient: exact_rows``)."""
     import seqenc.training.run_options as run_options
 
     assert SeqencModule(SPEC, encoder=SMALL).loss == "ce"
@@ -116,9 +117,11 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for repeat in (False, True):
-        default = SeqencModule(SPEC, encoder=replace(SMALL, repeat_head=repeat))
-        default.training_step(batch, 0).backward()
-        assert (default.encoder.item_embedding.weight.grad[3:].abs().sum(1) > 0).all()
+        for options in (None, {"item_gradient": "exact_rows"}):  # the table from exact rows alone
+            encoder = replace(SMALL, repeat_head=repeat)
+            default = SeqencModule(SPEC, encoder=encoder, loss_options=options)
+            default.training_step(batch, 0).backward()
+            assert (default.encoder.item_embedding.weight.grad[3:].abs().sum(1) > 0).all()
         sparse = {"exact_share": 0.0}
         module = SeqencModule(
             SPEC, encoder=replace(SMALL, repeat_head=repeat), lr=0.1, loss_options=sparse

@@ -30,9 +30,11 @@ from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
 from seqenc.model.sampled import (
     EXACT_SHARE,
+    ITEM_GRADIENTS,
     N_NEGATIVES,
     Proposal,
     sampled_log_softmax,
+    scale_gradient,
     shared_logsumexp,
 )
 
@@ -227,6 +229,7 @@ def sampled_softmax(
     own_items: bool = True,
     groups: tuple[Tensor, Tensor] | None = None,
     exact_share: float | None = None,
+    item_gradient: str = "all_rows",
 ) -> Tensor:
     """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`,
     :func:`partly_exact_log_softmax`); ``groups`` index the kept rows (those with a real target,
@@ -236,7 +239,7 @@ def sampled_softmax(
         return _no_rows(h)
     options = {"sampler": sampler, "proposal": proposal, "own_items": own_items}
     estimate = partly_exact_log_softmax(
-        h, weight, t, n_negatives, exact_share, generator, groups, **options
+        h, weight, t, n_negatives, exact_share, generator, groups, item_gradient, **options
     )
     return -estimate.mean()
 
@@ -249,6 +252,7 @@ def partly_exact_log_softmax(
     exact_share: float | None = None,
     generator: torch.Generator | None = None,
     groups: tuple[Tensor, Tensor] | None = None,
+    item_gradient: str = "all_rows",
     **options: object,
 ) -> Tensor:
     """``[N]``: the sampled estimate of each row's log-softmax at its target
@@ -256,7 +260,16 @@ def partly_exact_log_softmax(
     ``exact_share`` of the rows, whose normaliser is exact. Those rows give every item of the table
     a gradient at every step, as the exact term does, at ``exact_share`` of its cost. ``None``:
     :data:`EXACT_SHARE`, or fewer rows where the catalogue is large (at most ``n_negatives / n_items``
-    of them: their cost stays the candidates' own)."""
+    of them: their cost stays the candidates' own).
+
+    ``item_gradient`` (:data:`~seqenc.model.sampled.ITEM_GRADIENTS`): the rows whose normalisers
+    train the item table. ``"all_rows"``: every row's, a sampled row's through candidates weighted
+    by ``1 / E[count]`` (a rare item drawn now and then gets a large gradient, which inflates
+    Adam's second moment for its row and shrinks its steps). ``"exact_rows"``: the exact rows'
+    alone, times rows / exact rows, an unbiased estimate of the exact term's. Either way the
+    targets' scores train it from every row and ``hidden``'s gradient is the same."""
+    if item_gradient not in ITEM_GRADIENTS:
+        raise SeqencError(f"item_gradient={item_gradient!r} is not one of {ITEM_GRADIENTS}")
     if exact_share is None:
         exact_share = min(EXACT_SHARE, n_negatives / (weight.shape[0] - N_SPECIAL))
     n_exact = math.ceil(exact_share * len(targets))
@@ -266,8 +279,11 @@ def partly_exact_log_softmax(
     source = generator.device if generator is not None else hidden.device
     order = torch.randperm(len(targets), generator=generator, device=source).to(hidden.device)
     pick, rest = order[:n_exact], order[n_exact:]
-    h = hidden[pick]
-    parts = [(h * weight[targets[pick]]).sum(-1).float() - shared_logsumexp(h, weight[N_SPECIAL:])]
+    h, table = hidden[pick], weight[N_SPECIAL:]
+    if item_gradient == "exact_rows":
+        table = scale_gradient(table, len(targets) / n_exact)
+        options["table_gradient"] = False
+    parts = [(h * weight[targets[pick]]).sum(-1).float() - shared_logsumexp(h, table)]
     if len(rest):
         rows = None if groups is None else (groups[0][rest], groups[1])
         parts.append(

@@ -16,6 +16,8 @@ from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
 
 SAMPLERS = ("mixed", "mixed_uniform", "catalogue", "uniform", "in_batch")
+# Which rows' normalisers train the item table (seqenc.model.losses.partly_exact_log_softmax).
+ITEM_GRADIENTS = ("all_rows", "exact_rows")
 N_NEGATIVES = 4096  # candidates per step of the sampled softmax
 # At most this share of a step's rows get the exact normaliser (and never more rows than make its
 # cost the candidates' own): under Adam the exact term moves every item row at every step, which a
@@ -192,9 +194,31 @@ class _SharedLogSumExp(torch.autograd.Function):
     def backward(ctx, grad_out):
         h, v, exp, sums = ctx.saved_tensors
         scale = (grad_out / sums).where(sums > 0, 0.0)[:, None]
-        grad_h = (exp @ v) * scale
-        grad_v = exp.T @ (h * scale)
-        return grad_h.to(ctx.dtypes[0]), grad_v.to(ctx.dtypes[1]), None, None, None
+        grad_h = grad_v = None  # a matmul each, skipped where no gradient is asked for
+        if ctx.needs_input_grad[0]:
+            grad_h = ((exp @ v) * scale).to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            grad_v = (exp.T @ (h * scale)).to(ctx.dtypes[1])
+        return grad_h, grad_v, None, None, None
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """The identity whose backward multiplies the gradient by ``factor``."""
+
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+def scale_gradient(x: Tensor, factor: float) -> Tensor:
+    """``x`` unchanged, its gradient multiplied by ``factor``: the exact rows' share of the item
+    table's gradient stands for every row's (:func:`~seqenc.model.losses.partly_exact_log_softmax`)."""
+    return _ScaleGradient.apply(x, factor)
 
 
 def shared_logsumexp(
@@ -222,6 +246,7 @@ def sampled_log_softmax(
     proposal: Proposal | None = None,
     own_items: bool = True,
     groups: tuple[Tensor, Tensor] | None = None,
+    table_gradient: bool = True,
 ) -> Tensor:
     """``[N]`` float32 estimate of each row's ``log softmax(hidden @ weight[3:].T)`` at its target.
 
@@ -234,7 +259,9 @@ def sampled_log_softmax(
     copies from) are never left to chance. Without ``groups`` only the target is exact.
 
     Rows must be kept rows (targets >= N_SPECIAL). Item vectors are gathered with sparse
-    gradients, so a step's update of the item table touches only the rows it read.
+    gradients, so a step's update of the item table touches only the rows it read. Without
+    ``table_gradient`` the normaliser (window and candidates) gives the item table no gradient:
+    only the target's score does, and ``hidden`` gets its gradient as before.
     """
     candidates, log_count = sample_candidates(
         targets, weight.shape[0], n_negatives, sampler, generator, proposal
@@ -242,10 +269,12 @@ def sampled_log_softmax(
     each = torch.arange(len(targets), device=targets.device)
     if not own_items or groups is None:  # every row its own group, of its target alone
         groups = (each, targets[:, None])
-    scores, items = own_scores(hidden, weight, groups)
     positive = (hidden * F.embedding(targets, weight, sparse=True)).sum(-1).float()
+    weight = weight if table_gradient else weight.detach()  # the normaliser's table
+    scores, items = own_scores(hidden, weight, groups)
     missing = ~(items[groups[0]] == targets[:, None]).any(1)  # a target outside its window
-    own = torch.cat([positive.where(missing, float("-inf"))[:, None], scores], dim=1)
+    target = positive if table_gradient else (hidden * weight[targets]).sum(-1).float()
+    own = torch.cat([target.where(missing, float("-inf"))[:, None], scores], dim=1)
     # left out of the sampled part: the candidates in the row's window, and its target
     pairs = [hits(candidates, groups[0], items), hits(candidates, each, targets[:, None])]
     rows, cols = (torch.cat(part) for part in zip(*pairs, strict=True))

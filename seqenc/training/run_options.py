@@ -15,7 +15,7 @@ from seqenc.model.batch import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import LOSSES, MATMUL_DTYPES
 from seqenc.model.objectives import Causal, Masked
-from seqenc.model.sampled import SAMPLERS
+from seqenc.model.sampled import ITEM_GRADIENTS, SAMPLERS
 from seqenc.training.basket_plan import check_basket_options
 from seqenc.training.label_plan import check_label_options
 
@@ -245,8 +245,9 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
     """Refuse, in one line, ``model.loss_options`` the loss does not take or cannot use: a count
     is a whole number from 1, negatives at most the catalogue's items (the other items for the
     binary losses), ``sampler`` one of :data:`~seqenc.model.sampled.SAMPLERS`, gbce's ``t`` and
-    ``exact_share`` numbers in [0, 1], ``own_items`` true or false (``generator``, ``proposal``
-    and ``groups`` are the run's own)."""
+    ``exact_share`` numbers in [0, 1], ``own_items`` true or false, ``item_gradient`` one of
+    :data:`~seqenc.model.sampled.ITEM_GRADIENTS` and ``exact_rows`` only with exact rows
+    (``generator``, ``proposal`` and ``groups`` are the run's own)."""
     if loss not in LOSSES:
         raise SeqencError(f"model.loss must be auto or one of {sorted(LOSSES)}, got {loss!r}")
     if given is None:
@@ -277,10 +278,17 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
             raise SeqencError(f"{where} must be a number in [0, 1] (or null: auto), got {value!r}")
         elif name == "own_items" and not isinstance(value, bool):
             raise SeqencError(f"{where} must be true or false, got {value!r}")
+        elif name == "item_gradient" and value not in ITEM_GRADIENTS:
+            raise SeqencError(f"{where} must be one of {ITEM_GRADIENTS}, got {value!r}")
         elif name == "t" and not (_real(value) and 0 <= value <= 1):
             raise SeqencError(f"{where} must be a number in [0, 1], got {value!r}")
         elif name == "matmul_dtype" and value is not None and value not in MATMUL_DTYPES:
             raise SeqencError(f"{where} must be one of {sorted(MATMUL_DTYPES)}, got {value!r}")
+    if given.get("item_gradient") == "exact_rows" and given.get("exact_share") == 0:
+        raise SeqencError(
+            "model.loss_options.item_gradient exact_rows trains the item table from the exact "
+            "rows: exact_share 0 leaves none (set it above 0, or unset: auto)"
+        )
 
 
 def _real(value: object) -> bool:
