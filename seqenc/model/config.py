@@ -116,6 +116,9 @@ class EncoderConfig:
     item_values: bool | None = None
     event_dropout: float = 0.0
     group_times: bool | None = None
+    raw_values: bool = True
+    gap_buckets: bool = True
+    init: str = "gpt"
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)

@@ -66,6 +66,8 @@ class TokenEmbedding(nn.Module):
         item_values: bool = False,
         causal: bool = True,
         missing_values: bool = False,
+        raw_values: bool = True,
+        gap_buckets: bool = True,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
@@ -80,11 +82,12 @@ class TokenEmbedding(nn.Module):
                 else None
             )
 
-        self.dt_prev = gap_table(time)
-        self.dt_query = gap_table(time and query_time)
+        self.dt_prev = gap_table(time and gap_buckets)
+        self.dt_query = gap_table(time and query_time and gap_buckets)
         self.dt_ref = gap_table(time and recency)
         self.categorical = nn.ModuleList(nn.Embedding(size, d_model) for size in categorical_sizes)
         self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
+        self.raw_values = raw_values
         self.value = None
         if n_numeric and per_item_numeric:
             # Centre and scale of each item's signed-log values (set from the training events by
@@ -148,7 +151,8 @@ class TokenEmbedding(nn.Module):
         logs = signed_log(torch.where(unrecorded, torch.zeros_like(numeric), numeric))
         if self.value is not None:
             logs = torch.where(unrecorded, self.numeric_center[items].to(logs.dtype), logs)
-        x.add_(self.numeric(logs))
+        if self.raw_values or self.value is None:
+            x.add_(self.numeric(logs))
         if self.value is not None:
             z = self.standardised(logs, items)
             if self.item_values:
