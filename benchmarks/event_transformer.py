@@ -120,6 +120,8 @@ class SeqencModel(nn.Module):
         center, scale = stats
         self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
         self.head, self.drop = nn.Linear(64, 1), nn.Dropout(args.dropout)
+        if args.token == "reference":
+            self.encoder.embed = ReferenceToken(n_params + 3, self.encoder.embed)
 
     def forward(self, p, z, h, r) -> torch.Tensor:
         from seqenc.model.batch import Batch
@@ -138,6 +140,25 @@ class SeqencModel(nn.Module):
             dt_query=(HOURS * 3600.0 - newest[:, 0]).clamp(min=0).float(),
         )  # fmt: skip
         return self.head(self.drop(self.encoder.entity_embedding(batch))).squeeze(-1)
+
+
+class ReferenceToken(nn.Module):
+    """The reference's token (parameter table + value MLP + hour MLP) in seqenc's encoder."""
+
+    def __init__(self, n_items: int, embed: nn.Module, d: int = 64) -> None:
+        super().__init__()
+        self.param = nn.Embedding(n_items, d, padding_idx=0)
+        self.value, self.hour = ValueMLP(d), ValueMLP(d)
+        self.register_buffer("center", embed.numeric_center[:, 0].clone())
+        self.register_buffer("scale", embed.numeric_scale[:, 0].clone())
+
+    def forward(self, batch, positions=None) -> torch.Tensor:
+        real = batch.padding_mask & (batch.items > 2)
+        v = torch.nan_to_num(batch.numeric[..., 0])
+        logs = torch.sign(v) * torch.log1p(v.abs())
+        z = ((logs - self.center[batch.items]) / self.scale[batch.items]).clamp(-8, 8)
+        hours = (batch.dt_ref[:, :1] - batch.dt_ref).clamp(min=0).float() / 3600.0 / HOURS
+        return self.param(batch.items) + (self.value(z) + self.hour(hours)) * real[..., None]
 
 
 def item_stats(seqs: list[tuple], rows: np.ndarray, n_params: int) -> tuple:
@@ -231,6 +252,7 @@ def main() -> None:
     parser.add_argument("--positions", action="store_true")
     parser.add_argument("--raw-values", action="store_true")
     parser.add_argument("--model", choices=["reference", "seqenc"], default="reference")
+    parser.add_argument("--token", choices=["seqenc", "reference"], default="seqenc")
     parser.add_argument("--encoder", default="{}", help="seqenc EncoderConfig fields (JSON)")
     parser.add_argument("--output", type=Path, help="JSON of the run")
     args = parser.parse_args()
