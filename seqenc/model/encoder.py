@@ -173,16 +173,8 @@ class SequenceEncoder(nn.Module):
             if config.pooling == "attention"
             else None
         )
-        if config.init == "gpt":
-            init_weights(self, config.n_layers)
-        else:
-            for name, param in self.named_parameters():
-                if name.rsplit(".", 1)[-1] == "missing":
-                    nn.init.zeros_(param)
-            for sub in self.modules():
-                if isinstance(sub, nn.Embedding) and sub.padding_idx is not None:
-                    with torch.no_grad():
-                        sub.weight[sub.padding_idx].zero_()
+        if config.init == "gpt":  # "fan_in": PyTorch's own, as built (PAD rows and
+            init_weights(self, config.n_layers)  # not-recorded vectors start at zero there too)
         # A fine-tuned model's label head on the entity readout (seqenc.model.head); set by the
         # training module or the bundle loader, saved with the encoder's weights.
         self.head: SupervisedHead | None = None
