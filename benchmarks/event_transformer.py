@@ -7,9 +7,14 @@ bidirectional attention over a stay's newest 512 events, attention pooling, a li
 folds are the probes' (``seqenc.evaluate.cv_folds``), 10 % of the training stays pick the epoch.
 ``--init gpt`` swaps PyTorch's default initialisation for seqenc's (every weight N(0, 0.02)),
 ``--positions`` / ``--raw-values`` add seqenc's learned positions and its shared map of the raw
-value: the ablations that locate a gap. One thread, seeded.
+value: the ablations that locate a gap. ``--model seqenc`` trains seqenc's own encoder
+(``--encoder``: EncoderConfig fields as JSON) in this same pipeline, so that a gap is told apart
+between the model and seqenc's training pipeline; ``--token reference`` gives that encoder this
+script's token. One thread, seeded.
 
     OMP_NUM_THREADS=1 python benchmarks/event_transformer.py --work /tmp/icu --fold 0
+    OMP_NUM_THREADS=1 python benchmarks/event_transformer.py --work /tmp/icu --fold 0 \
+        --model seqenc --encoder '{"init": "fan_in", "positional": "none"}'
 """
 
 from __future__ import annotations
