@@ -127,6 +127,9 @@ class SeqencModel(nn.Module):
         self.head, self.drop = nn.Linear(64, 1), nn.Dropout(args.dropout)
         if args.token == "reference":
             self.encoder.embed = ReferenceToken(n_params + 3, self.encoder.embed)
+        elif args.token == "tanh":  # seqenc's token, its value and time MLPs bounded by tanh
+            for mlp in (self.encoder.embed.value, self.encoder.embed.time):
+                mlp[1] = nn.Tanh()
 
     def forward(self, p, z, h, r) -> torch.Tensor:
         from seqenc.model.batch import Batch
@@ -257,7 +260,7 @@ def main() -> None:
     parser.add_argument("--positions", action="store_true")
     parser.add_argument("--raw-values", action="store_true")
     parser.add_argument("--model", choices=["reference", "seqenc"], default="reference")
-    parser.add_argument("--token", choices=["seqenc", "reference"], default="seqenc")
+    parser.add_argument("--token", choices=["seqenc", "reference", "tanh"], default="seqenc")
     parser.add_argument("--encoder", default="{}", help="seqenc EncoderConfig fields (JSON)")
     parser.add_argument("--output", type=Path, help="JSON of the run")
     args = parser.parse_args()
