@@ -74,13 +74,9 @@ class TokenEmbedding(nn.Module):
         self.position = nn.Embedding(n_positions, d_model) if learned_positions else None
         self.n_time_buckets = n_time_buckets
 
-        # Bucket ``n_time_buckets`` is the PAD bucket, kept at zero.
-        def gap_table(on: bool) -> nn.Embedding | None:
-            return (
-                nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets)
-                if on
-                else None
-            )
+        def gap_table(on: bool) -> nn.Embedding | None:  # bucket n_time_buckets: PAD, zero
+            pad = n_time_buckets
+            return nn.Embedding(pad + 1, d_model, padding_idx=pad) if on else None
 
         self.dt_prev = gap_table(time and gap_buckets)
         self.dt_query = gap_table(time and query_time and gap_buckets)
