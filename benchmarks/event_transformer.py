@@ -7,9 +7,14 @@ bidirectional attention over a stay's newest 512 events, attention pooling, a li
 folds are the probes' (``seqenc.evaluate.cv_folds``), 10 % of the training stays pick the epoch.
 ``--init gpt`` swaps PyTorch's default initialisation for seqenc's (every weight N(0, 0.02)),
 ``--positions`` / ``--raw-values`` add seqenc's learned positions and its shared map of the raw
-value: the ablations that locate a gap. One thread, seeded.
+value: the ablations that locate a gap. ``--model seqenc`` trains seqenc's own encoder
+(``--encoder``: EncoderConfig fields as JSON) in this same pipeline, so that a gap is told apart
+between the model and seqenc's training pipeline; ``--token reference`` gives that encoder this
+script's token. One thread, seeded.
 
     OMP_NUM_THREADS=1 python benchmarks/event_transformer.py --work /tmp/icu --fold 0
+    OMP_NUM_THREADS=1 python benchmarks/event_transformer.py --work /tmp/icu --fold 0 \
+        --model seqenc --encoder '{"init": "fan_in", "positional": "none"}'
 """
 
 from __future__ import annotations
@@ -103,6 +108,76 @@ class Model(nn.Module):
         return self.head(self.drop((weights[..., None] * x).sum(1))).squeeze(-1)
 
 
+class SeqencModel(nn.Module):
+    """seqenc's entity encoder (``--encoder`` JSON: EncoderConfig fields) and a linear head, fed
+    the reference's arrays as a seqenc Batch: the hybrid that tells the model from the pipeline."""
+
+    def __init__(self, n_params: int, args: argparse.Namespace, stats: tuple) -> None:
+        super().__init__()
+        from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+
+        options = dict(d_model=64, n_heads=2, n_layers=2, causal=False, pooling="attention",
+                       n_numeric=1, numeric_scaling="per_item", time_values=True,
+                       item_values=True, missing_values=True, n_positions=MAX_EVENTS + 2,
+                       dropout=args.dropout)  # fmt: skip
+        options |= json.loads(args.encoder)
+        self.encoder = SequenceEncoder(EncoderConfig(n_items=n_params + 3, **options))
+        center, scale = stats
+        self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
+        self.head, self.drop = nn.Linear(64, 1), nn.Dropout(args.dropout)
+        if args.token == "reference":
+            self.encoder.embed = ReferenceToken(n_params + 3, self.encoder.embed)
+        elif args.token == "tanh":  # seqenc's token, its value and time MLPs bounded by tanh
+            for mlp in (self.encoder.embed.value, self.encoder.embed.time):
+                mlp[1] = nn.Tanh()
+
+    def forward(self, p, z, h, r) -> torch.Tensor:
+        from seqenc.model.batch import Batch
+
+        lengths = (p > 0).sum(1)
+        seconds = (h * HOURS * 3600.0).double()
+        real = p > 0
+        newest = seconds.gather(1, (lengths - 1).clamp(min=0)[:, None])
+        dt_ref = ((newest - seconds) * real).double()
+        dt_prev = torch.cat([torch.zeros_like(seconds[:, :1]), seconds.diff(dim=1)], 1)
+        batch = Batch(
+            items=torch.where(real, p + 2, 0), lengths=lengths, dt_prev=(dt_prev * real).float(),
+            dt_ref=dt_ref, categorical=torch.zeros(*p.shape, 0, dtype=torch.long),
+            numeric=(torch.sign(r) * torch.expm1(r.abs()))[..., None] * real[..., None],
+            index=torch.arange(len(p)),
+            dt_query=(HOURS * 3600.0 - newest[:, 0]).clamp(min=0).float(),
+        )  # fmt: skip
+        return self.head(self.drop(self.encoder.entity_embedding(batch))).squeeze(-1)
+
+
+class ReferenceToken(nn.Module):
+    """The reference's token (parameter table + value MLP + hour MLP) in seqenc's encoder."""
+
+    def __init__(self, n_items: int, embed: nn.Module, d: int = 64) -> None:
+        super().__init__()
+        self.param = nn.Embedding(n_items, d, padding_idx=0)
+        self.value, self.hour = ValueMLP(d), ValueMLP(d)
+        self.register_buffer("center", embed.numeric_center[:, 0].clone())
+        self.register_buffer("scale", embed.numeric_scale[:, 0].clone())
+
+    def forward(self, batch, positions=None) -> torch.Tensor:
+        real = batch.padding_mask & (batch.items > 2)
+        v = torch.nan_to_num(batch.numeric[..., 0])
+        logs = torch.sign(v) * torch.log1p(v.abs())
+        z = ((logs - self.center[batch.items]) / self.scale[batch.items]).clamp(-8, 8)
+        hours = (batch.dt_ref[:, :1] - batch.dt_ref).clamp(min=0).float() / 3600.0 / HOURS
+        return self.param(batch.items) + (self.value(z) + self.hour(hours)) * real[..., None]
+
+
+def item_stats(seqs: list[tuple], rows: np.ndarray, n_params: int) -> tuple:
+    """seqenc's per-item centre and scale of the training stays' signed-log values."""
+    from seqenc.data.numeric import item_statistics
+
+    items = np.concatenate([seqs[i][0] for i in rows]) + 2
+    logs = np.concatenate([seqs[i][3] for i in rows]).astype(np.float64)
+    return item_statistics(items, np.sign(logs) * np.expm1(np.abs(logs)), n_params + 3)
+
+
 def gpt_init(model: nn.Module) -> None:
     """seqenc's initialisation: N(0, 0.02) weights, zero biases."""
     for name, param in model.named_parameters():
@@ -135,7 +210,10 @@ def train(args: argparse.Namespace) -> dict:
     fit_rows = rng.permutation(fit_rows)
     val, fit_rows = fit_rows[: len(fit_rows) // 10], fit_rows[len(fit_rows) // 10 :]
     _, seqs, n_params = stays(args.work, labels.stay_id.to_numpy()[fit_rows])
-    model = Model(n_params, args)
+    if args.model == "seqenc":
+        model = SeqencModel(n_params, args, item_stats(seqs, fit_rows, n_params))
+    else:
+        model = Model(n_params, args)
     if args.init == "gpt":
         gpt_init(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -181,6 +259,9 @@ def main() -> None:
     parser.add_argument("--init", choices=["torch", "gpt"], default="torch")
     parser.add_argument("--positions", action="store_true")
     parser.add_argument("--raw-values", action="store_true")
+    parser.add_argument("--model", choices=["reference", "seqenc"], default="reference")
+    parser.add_argument("--token", choices=["seqenc", "reference", "tanh"], default="seqenc")
+    parser.add_argument("--encoder", default="{}", help="seqenc EncoderConfig fields (JSON)")
     parser.add_argument("--output", type=Path, help="JSON of the run")
     args = parser.parse_args()
     result = train(args)

@@ -62,6 +62,48 @@ def test_values_are_read_per_item() -> None:
         assert differ != torch.allclose(moved[0, 0], moved[0, 1], atol=1e-6)
 
 
+def test_values_read_in_their_items_units_alone() -> None:
+    """Without the shared raw map (raw_values false) a value's token part depends on its
+    standardised value only: two items each at their own centre (z = 0) get the same value
+    vector although their raw values differ by orders of magnitude; with the map they do not."""
+    for raw_values in (False, True):
+        embed = entity_model(raw_values=raw_values, item_values=False).embed
+        assert (embed.numeric is not None) == raw_values
+        embed.set_numeric_stats(torch.zeros(N_ITEMS, 1), torch.ones(N_ITEMS, 1))
+        embed.numeric_center[9] = 5.0  # item 9's values sit 5 signed-log units higher
+        batch = make_batch([[5, 9]], n_num=1)
+        batch.numeric[0, 0, 0], batch.numeric[0, 1, 0] = 0.0, float(torch.tensor(5.0).expm1())
+        parts = embed.content(batch) - embed.item(batch.items)
+        same = torch.allclose(parts[0, 0], parts[0, 1], atol=1e-5)
+        assert same != raw_values
+
+
+def test_without_gap_buckets_time_enters_as_values_only() -> None:
+    """gap_buckets false: no bucket tables, and gaps that leave every time value unchanged
+    (dt_prev, which only the buckets read) leave the output unchanged."""
+    model = entity_model(gap_buckets=False, positional="none")
+    assert model.embed.dt_prev is None and model.embed.dt_query is None
+    batch, other = make_batch(HISTORIES, n_num=1), make_batch(HISTORIES, n_num=1)
+    other.dt_prev = other.dt_prev * 7.0 + 100.0
+    torch.testing.assert_close(model.entity_embedding(batch), model.entity_embedding(other))
+    bucketed = entity_model(positional="none")
+    assert not torch.allclose(bucketed.entity_embedding(batch), bucketed.entity_embedding(other))
+
+
+def test_fan_in_start_is_pytorchs() -> None:
+    """init fan_in keeps PyTorch's own start (a linear layer within 1/sqrt(fan-in), tables
+    N(0, 1)), PAD rows zero; gpt draws N(0, 0.02)."""
+    fan_in, gpt = entity_model(init="fan_in"), entity_model(init="gpt")
+    up = fan_in.blocks[0].ffn["up"].weight
+    bound = 1 / up.shape[1] ** 0.5
+    assert up.abs().max() <= bound and up.std() > 0.5 * bound / 3**0.5
+    assert 0.8 < fan_in.embed.item.weight[1:].std() < 1.2
+    assert fan_in.embed.item.weight[0].abs().max() == 0
+    assert gpt.blocks[0].ffn["up"].weight.std() < 0.03
+    with pytest.raises(SeqencError, match="init"):
+        EncoderConfig(n_items=N_ITEMS, init="xavier")
+
+
 def test_time_values_by_hand() -> None:
     """Hours since the first event, hours to the query time and the place in that span, against
     a hand-computed history: events at 0 h, 1 h and 3 h, as_of at 4 h."""

@@ -12,6 +12,7 @@ from seqenc.model.batch import N_SPECIAL
 POSITIONALS = ("learned", "rope", "none")
 POOLINGS = ("last", "mean", "attention")
 NUMERIC_SCALINGS = ("global", "per_item")
+INITS = ("gpt", "fan_in")
 
 
 @dataclass
@@ -82,6 +83,17 @@ class EncoderConfig:
         event_dropout: in training, the share of each history's events the entity readout drops
             (:func:`~seqenc.model.batch.drop_events`): a regulariser for label heads trained on a
             few thousand rows.
+        raw_values: (with ``numeric_scaling="per_item"``) keep the shared linear map of every
+            value's signed log beside the per-item value MLP; ``False``: the value MLP alone reads
+            the value, in its item's units (a shared map mixes the units of every item). Without
+            per-item values the shared map is the only reader and stays.
+        gap_buckets: (with ``time``) the learned tables of log-bucketed gaps (``dt_prev``, and the
+            query gap with ``query_time``); ``False`` leaves time to the continuous values
+            (``time_values``) alone.
+        init: ``"gpt"``: nanoGPT's N(0, 0.02) weights (:func:`~seqenc.model.embeddings.init_weights`);
+            ``"fan_in"``: PyTorch's own (linear layers uniform within 1/sqrt(fan-in), tables
+            N(0, 1)), under which the value and time MLPs are nonlinear in a standardised input
+            from the first step. Only a new model's start: a bundle's weights replace it.
         normalize: L2-normalise the entity embedding.
         baskets: (causal only) the basket rule of :mod:`seqenc.model.baskets`: events that share a
             time are a set; set from the data (``data.baskets``). Without it the fused causal
@@ -116,6 +128,9 @@ class EncoderConfig:
     item_values: bool | None = None
     event_dropout: float = 0.0
     group_times: bool | None = None
+    raw_values: bool = True
+    gap_buckets: bool = True
+    init: str = "gpt"
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
@@ -142,6 +157,7 @@ class EncoderConfig:
                 f"positional={self.positional!r} not in {POSITIONALS}",
             ),
             (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
+            (self.init in INITS, f"init={self.init!r} not in {INITS}"),
             (
                 not self.item_values or self.numeric_scaling in (None, "per_item"),
                 "item_values needs numeric_scaling='per_item'",

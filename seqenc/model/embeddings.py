@@ -66,25 +66,26 @@ class TokenEmbedding(nn.Module):
         item_values: bool = False,
         causal: bool = True,
         missing_values: bool = False,
+        raw_values: bool = True,
+        gap_buckets: bool = True,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
         self.position = nn.Embedding(n_positions, d_model) if learned_positions else None
         self.n_time_buckets = n_time_buckets
 
-        # Bucket ``n_time_buckets`` is the PAD bucket, kept at zero.
-        def gap_table(on: bool) -> nn.Embedding | None:
-            return (
-                nn.Embedding(n_time_buckets + 1, d_model, padding_idx=n_time_buckets)
-                if on
-                else None
-            )
+        def gap_table(on: bool) -> nn.Embedding | None:  # bucket n_time_buckets: PAD, zero
+            pad = n_time_buckets
+            return nn.Embedding(pad + 1, d_model, padding_idx=pad) if on else None
 
-        self.dt_prev = gap_table(time)
-        self.dt_query = gap_table(time and query_time)
+        self.dt_prev = gap_table(time and gap_buckets)
+        self.dt_query = gap_table(time and query_time and gap_buckets)
         self.dt_ref = gap_table(time and recency)
         self.categorical = nn.ModuleList(nn.Embedding(size, d_model) for size in categorical_sizes)
-        self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
+        self.n_numeric = n_numeric
+        # the shared map of every value's signed log; with per-item values it is optional
+        shared = n_numeric and (raw_values or not per_item_numeric)
+        self.numeric = nn.Linear(n_numeric, d_model) if shared else None
         self.value = None
         if n_numeric and per_item_numeric:
             # Centre and scale of each item's signed-log values (set from the training events by
@@ -129,13 +130,12 @@ class TokenEmbedding(nn.Module):
         for column, embedding in enumerate(self.categorical):
             lookups.append((embedding, categorical[..., column]))
         x = self.summed_lookups(lookups)
-        n_numeric = 0 if self.numeric is None else self.numeric.in_features
-        if numeric.shape[-1] != n_numeric:
+        if numeric.shape[-1] != self.n_numeric:
             raise SeqencError(
                 f"batch has {numeric.shape[-1]} numeric feature columns, the model was built for "
-                f"{n_numeric} (EncoderConfig.n_numeric)"
+                f"{self.n_numeric} (EncoderConfig.n_numeric)"
             )
-        if self.numeric is not None:
+        if self.n_numeric:
             self.add_values(x, numeric, items)
         return x
 
@@ -148,7 +148,8 @@ class TokenEmbedding(nn.Module):
         logs = signed_log(torch.where(unrecorded, torch.zeros_like(numeric), numeric))
         if self.value is not None:
             logs = torch.where(unrecorded, self.numeric_center[items].to(logs.dtype), logs)
-        x.add_(self.numeric(logs))
+        if self.numeric is not None:
+            x.add_(self.numeric(logs))
         if self.value is not None:
             z = self.standardised(logs, items)
             if self.item_values:

@@ -144,6 +144,8 @@ class SequenceEncoder(nn.Module):
             item_values=bool(config.item_values),
             causal=config.causal,
             missing_values=bool(config.missing_values and config.n_numeric),
+            raw_values=config.raw_values,
+            gap_buckets=config.gap_buckets,
         )
         self.rope = (
             RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)
@@ -171,7 +173,8 @@ class SequenceEncoder(nn.Module):
             if config.pooling == "attention"
             else None
         )
-        init_weights(self, config.n_layers)
+        if config.init == "gpt":  # "fan_in": PyTorch's own, as built (PAD rows and
+            init_weights(self, config.n_layers)  # not-recorded vectors start at zero there too)
         # A fine-tuned model's label head on the entity readout (seqenc.model.head); set by the
         # training module or the bundle loader, saved with the encoder's weights.
         self.head: SupervisedHead | None = None

@@ -41,6 +41,8 @@ SHAPE_OPTIONS = (
     "n_time_buckets",
     "numeric_scaling",
     "missing_values",
+    "raw_values",
+    "gap_buckets",
     "pooling",
     "time_values",
     "item_values",
