@@ -182,6 +182,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
         "time_values": (None, False), "item_values": (None, False),
         "group_times": (False, True), "event_dropout": (0.0, 0.1), "missing_values": (None, False),
         "fusion": ("none", "aggregates"), "value_weight": (0.0, 1.0),
+        "raw_values": (True, False), "gap_buckets": (True, False), "init": ("gpt", "fan_in"),
     }  # fmt: skip
     options = [
         p
