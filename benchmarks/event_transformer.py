@@ -161,9 +161,11 @@ class ReferenceToken(nn.Module):
         self.register_buffer("scale", embed.numeric_scale[:, 0].clone())
 
     def forward(self, batch, positions=None) -> torch.Tensor:
+        from seqenc.model.embeddings import signed_log
+
         real = batch.padding_mask & (batch.items > 2)
         v = torch.nan_to_num(batch.numeric[..., 0])
-        logs = torch.sign(v) * torch.log1p(v.abs())
+        logs = signed_log(v)
         z = ((logs - self.center[batch.items]) / self.scale[batch.items]).clamp(-8, 8)
         hours = (batch.dt_ref[:, :1] - batch.dt_ref).clamp(min=0).float() / 3600.0 / HOURS
         return self.param(batch.items) + (self.value(z) + self.hour(hours)) * real[..., None]
