@@ -125,8 +125,9 @@ class SeqencModel(nn.Module):
         center, scale = stats
         self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
         self.head, self.drop = nn.Linear(64, 1), nn.Dropout(args.dropout)
-        if args.token == "reference":
-            self.encoder.embed = ReferenceToken(n_params + 3, self.encoder.embed)
+        if args.token.startswith("reference"):
+            part = args.token.removeprefix("reference").lstrip("-") or None
+            self.encoder.embed = ReferenceToken(n_params + 3, self.encoder.embed, seqenc_part=part)
         elif args.token == "tanh":  # seqenc's token, its value and time MLPs bounded by tanh
             for mlp in (self.encoder.embed.value, self.encoder.embed.time):
                 mlp[1] = nn.Tanh()
@@ -151,12 +152,14 @@ class SeqencModel(nn.Module):
 
 
 class ReferenceToken(nn.Module):
-    """The reference's token (parameter table + value MLP + hour MLP) in seqenc's encoder."""
+    """The reference's token (parameter table + value MLP + hour MLP) in seqenc's encoder;
+    ``seqenc_part`` ("time" or "value") takes that part from seqenc's token instead."""
 
-    def __init__(self, n_items: int, embed: nn.Module, d: int = 64) -> None:
+    def __init__(self, n_items: int, embed: nn.Module, d: int = 64, seqenc_part=None) -> None:
         super().__init__()
         self.param = nn.Embedding(n_items, d, padding_idx=0)
         self.value, self.hour = ValueMLP(d), ValueMLP(d)
+        self.seqenc, self.part = embed, seqenc_part
         self.register_buffer("center", embed.numeric_center[:, 0].clone())
         self.register_buffer("scale", embed.numeric_scale[:, 0].clone())
 
@@ -168,7 +171,12 @@ class ReferenceToken(nn.Module):
         logs = signed_log(v)
         z = ((logs - self.center[batch.items]) / self.scale[batch.items]).clamp(-8, 8)
         hours = (batch.dt_ref[:, :1] - batch.dt_ref).clamp(min=0).float() / 3600.0 / HOURS
-        return self.param(batch.items) + (self.value(z) + self.hour(hours)) * real[..., None]
+        value, hour = self.value(z), self.hour(hours)
+        if self.part == "time":
+            hour = self.seqenc.time(self.seqenc.time_values(batch))
+        elif self.part == "value":
+            value = self.seqenc.value(z[..., None])
+        return self.param(batch.items) + (value + hour) * real[..., None]
 
 
 def item_stats(seqs: list[tuple], rows: np.ndarray, n_params: int) -> tuple:
@@ -262,7 +270,11 @@ def main() -> None:
     parser.add_argument("--positions", action="store_true")
     parser.add_argument("--raw-values", action="store_true")
     parser.add_argument("--model", choices=["reference", "seqenc"], default="reference")
-    parser.add_argument("--token", choices=["seqenc", "reference", "tanh"], default="seqenc")
+    parser.add_argument(
+        "--token",
+        choices=["seqenc", "reference", "reference-time", "reference-value", "tanh"],
+        default="seqenc",
+    )
     parser.add_argument("--encoder", default="{}", help="seqenc EncoderConfig fields (JSON)")
     parser.add_argument("--output", type=Path, help="JSON of the run")
     args = parser.parse_args()
