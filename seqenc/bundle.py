@@ -203,8 +203,7 @@ def _expect(value: Any, kind: type, where: str) -> None:
 def _dataclass_from(cls: type, d: dict[str, Any], where: str) -> Any:
     """``cls(**d)`` with each field's JSON type checked first, so errors name the field."""
     hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known)
+    unknown = sorted(set(d) - {f.name for f in fields(cls)})
     if unknown:
         raise SeqencError(f"{where}: unknown field(s) {unknown}")
     for name, value in d.items():
@@ -237,14 +236,10 @@ def config_hash(
 ) -> str:
     """16 hex digits of the SHA-256 of the canonical JSON of the model's configuration (of the
     dicts as ``config.json`` stores them, so fields added later do not change old bundles' hash)."""
-    return _hash(
-        {
-            "objective": objective,
-            "history_len": history_len,
-            "encoder": encoder if isinstance(encoder, dict) else asdict(encoder),
-            "schema": schema if isinstance(schema, dict) else schema.to_dict(),
-        }
-    )
+    encoder = encoder if isinstance(encoder, dict) else asdict(encoder)
+    schema = schema if isinstance(schema, dict) else schema.to_dict()
+    named = {"objective": objective, "history_len": history_len}
+    return _hash(named | {"encoder": encoder, "schema": schema})
 
 
 def _hash(fields: dict[str, Any]) -> str:
@@ -344,6 +339,14 @@ def read_json(path: Path, limit: int = MAX_CONFIG_BYTES) -> Any:
         raise SeqencError(f"cannot read bundle file {str(path)!r}: {e}") from e
 
 
+def read_meta(path: str | Path) -> BundleMeta:
+    """A bundle's ``config.json`` alone (no weights read: what a run reads before it builds)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise SeqencError(f"model bundle not found: {str(path)!r} is not a directory")
+    return BundleMeta.from_dict(read_json(path / CONFIG_FILE), str(path / CONFIG_FILE))
+
+
 def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabularies]:
     """Read a bundle: ``(encoder in eval mode on CPU, meta, vocabularies)``.
 
@@ -353,9 +356,7 @@ def load_bundle(path: str | Path) -> tuple[SequenceEncoder, BundleMeta, Vocabula
             file whose checksum or tensors do not match.
     """
     path = Path(path)
-    if not path.is_dir():
-        raise SeqencError(f"model bundle not found: {str(path)!r} is not a directory")
-    meta = BundleMeta.from_dict(read_json(path / CONFIG_FILE), str(path / CONFIG_FILE))
+    meta = read_meta(path)
     vocab_path = path / VOCAB_FILE
     vocab_json = read_json(vocab_path, MAX_VOCAB_BYTES)
     try:

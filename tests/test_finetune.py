@@ -74,13 +74,16 @@ def test_a_bundle_without_head_still_loads_and_writes_no_prediction(tmp_path):
     assert encoder.head is None and meta.head == {}
 
 
-def test_init_from_starts_from_the_bundles_encoder_weights(tuned, tmp_path):
+def test_init_from_starts_from_the_bundles_encoder_weights_and_shape(tuned, tmp_path):
+    """The bundle's encoder shape wins over options the layered configs set (said in one line)."""
     bundle, labels, _ = tuned
     folder = bundle.parents[3]
     events = pd.read_parquet(folder / "events.parquet")
     events.to_parquet(tmp_path / "events.parquet")
     labels.to_parquet(tmp_path / "labels.parquet")
-    again, _ = fit(
+    start = load_bundle(bundle)
+    assert start[1].encoder.ffn_mult != 2 and start[1].encoder.positional == "learned"
+    again, printed = fit(
         tmp_path,
         "--data.labels", "labels.parquet",
         "--data.label_column", "account_type",
@@ -88,9 +91,16 @@ def test_init_from_starts_from_the_bundles_encoder_weights(tuned, tmp_path):
         "--model.init_from", str(bundle),
         "--model.lr", "0",
         "--model.label_steps", "3",
+        "--model.encoder.ffn_mult", "2",
+        "--model.encoder.positional", "none",
     )  # fmt: skip
-    start, tuned_again = load_bundle(bundle)[0], load_bundle(again)[0]
-    for name, value in start.state_dict().items():
+    assert (
+        f"model.encoder.ffn_mult {start[1].encoder.ffn_mult} (the configs': 2); "
+        "model.encoder.positional learned (the configs': none)"
+    ) in printed
+    tuned_again, meta, _ = load_bundle(again)
+    assert meta.encoder.ffn_mult == start[1].encoder.ffn_mult
+    for name, value in start[0].state_dict().items():
         if not name.startswith("head."):
             assert torch.equal(value, tuned_again.state_dict()[name]), name
 

@@ -35,6 +35,7 @@ from seqenc.commands.fit_checks import (
     check_run_folder,
     run_directories,
 )
+from seqenc.commands.init_from import adopt_bundle
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
@@ -135,11 +136,11 @@ class SeqencCLI(LightningCLI):
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
     def before_instantiate_classes(self) -> None:
-        """A bundle fine-tuned from (``model.init_from``) reads the events with its own
-        vocabularies (``data.vocabs_from``), so its weights fit them."""
+        """A bundle fine-tuned from (``model.init_from``) gives the run its vocabularies and
+        encoder shape (:func:`~seqenc.commands.init_from.adopt_bundle`), so its weights fit."""
         config = self.config.get(self.config.get("subcommand"), self.config)
         if config.get("model") and config.model.get("init_from"):
-            config.data.vocabs_from = config.data.get("vocabs_from") or config.model.init_from
+            self._init_line = adopt_bundle(config)
 
     def check_run(self, stage: str) -> None:
         """Build what the run reads and check it against the trainer's processes
@@ -178,6 +179,7 @@ class SeqencCLI(LightningCLI):
             lines = set_basket_schedule(self.trainer, self.datamodule, steps, stopping)
         else:
             lines = resolve_stopping(stopping, "the event before the newest", picks=False)
+        lines = [line for line in (getattr(self, "_init_line", ""), *lines) if line]
         if lines and self.trainer.is_global_zero:
             print("\n".join(lines))
 
