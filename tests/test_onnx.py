@@ -44,7 +44,7 @@ SHAPES = {
     "masked_rope_normalize": {"causal": False, "positional": "rope", "normalize": True},
     "no_positions": {"positional": "none", "features": True},
     "account_embeddings": {"pooling": "mean", "features": True},  # account_embeddings.yaml
-    "entity": {  # finetune.yaml: the entity model, its time values, groups and per-item values
+    "entity": {  # the entity model, its time values, groups and per-item values read with the item
         "causal": False,
         "pooling": "attention",
         "features": True,
@@ -52,6 +52,18 @@ SHAPES = {
         "group_times": True,
         "item_values": True,
         "numeric_scaling": "per_item",
+    },
+    "entity_lean": {  # finetune.yaml from scratch: no positions, no gap tables, values per item
+        "causal": False,
+        "pooling": "attention",
+        "features": True,
+        "time_values": True,
+        "numeric_scaling": "per_item",
+        "positional": "none",
+        "gap_buckets": False,
+        "raw_values": False,
+        "init": "fan_in",
+        "ffn_mult": 2,
     },
 }
 SHAPE_KEYS = ("causal", "time", "query_time", "time_bias", "positional", "pooling", "normalize")
@@ -137,7 +149,8 @@ def test_graph_reads_only_the_fields_the_model_needs(exported):
     backend = load_encoder(path, "cpu", backend="onnxruntime").backend
     options = SHAPES[shape]
     assert backend.inputs[:2] == ["items", "lengths"]
-    assert ("dt_prev" in backend.inputs) == options.get("time", True)
+    gaps = options.get("time", True) and options.get("gap_buckets", True)
+    assert ("dt_prev" in backend.inputs) == gaps  # without gap tables nothing reads it
     assert ("categorical" in backend.inputs) == options.get("features", False)
     reads_times = ("time_bias", "recency", "time_values", "group_times")
     assert ("dt_ref" in backend.inputs) == any(options.get(k) for k in reads_times)
