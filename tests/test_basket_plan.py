@@ -25,6 +25,7 @@ from seqenc.training.basket_plan import (
     MAX_BASKET_STEPS,
     MIN_BASKET_STEPS,
     basket_schedule,
+    describe_baskets,
 )
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
 from seqenc.training.epochs import whole_epochs
@@ -206,6 +207,11 @@ def test_the_next_basket_defaults_follow_the_basket_protocol(baskets, repeats):
     assert module.config.repeat_counts == (baskets and head)
     assert module.hparams.basket_positives == ("all" if baskets else "one")
     assert module.hparams.encoder["repeat_counts"] == (baskets and head)
+    # the line the fit prints: how the head reads, wherever it is on (and every basket fit)
+    line = describe_baskets(module.hparams.basket_positives, module.config)
+    assert line.startswith("next baskets" if baskets else "repeat head" if head else "")
+    counts = f"repeat_counts {str(module.config.repeat_counts).lower()})"
+    assert line.endswith(counts) == (baskets or head) and bool(line) == (baskets or head)
     if baskets and head:
         given = SeqencModule(
             spec, encoder=EncoderConfig(d_model=8, repeat_counts=False), basket_positives="one"

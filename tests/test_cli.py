@@ -260,7 +260,8 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
           "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])  # fmt: skip
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
-    assert {"model", "baseline/popularity", "baseline/repeat"} <= set(rows)
+    names = ("popularity", "repeat", "topfreq", "timedecay")  # a timed single-event log
+    assert {"model", *(f"baseline/{name}" for name in names)} <= set(rows)
     assert len(rows["baseline/repeat"]) == len(rows["model"]) == 6  # hr@1, hr/ndcg @10 @20, mrr
     lines = out.splitlines()
     header = lines[max(i for i, x in enumerate(lines) if x.startswith("model ")) - 1]
