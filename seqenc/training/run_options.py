@@ -147,8 +147,8 @@ def resolve_encoder(
     ``missing_values`` on) when the log has numeric features; ``time_values`` and ``item_values``
     ``None`` on for a model without causal attention (the entity model of a label head), the
     latter with values read per item; ``repeat_counts`` ``None`` on with the repeat head (what
-    P-TopFreq reads: baskets under the basket protocol, events otherwise). ``encoder`` may be a saved configuration's fields (a checkpoint's
-    hyper-parameters)."""
+    P-TopFreq reads: baskets under the basket protocol, events otherwise). ``encoder`` may be a
+    saved configuration's fields (a checkpoint's hyper-parameters)."""
     if isinstance(encoder, dict):
         encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
     data = {
