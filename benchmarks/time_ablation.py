@@ -4,8 +4,9 @@ Every (data set, variant, seed) is one ``seqenc fit`` run of ``--config`` with t
 overrides and the variant's model overrides, trained to the end of its schedule (early stopping
 off); the test metrics of the checkpoint the config keeps (``early_stopping.keep``: the best
 validation one or the last epoch's) are compared across variants with the per-seed
-(paired) difference to a reference variant, next to popularity and "repeat the most recent distinct
-items" on the same leave-one-out split (:mod:`seqenc.training.baselines`).
+(paired) difference to a reference variant, next to the baselines `seqenc test` prints
+(popularity, "repeat the most recent distinct items", the most frequent ones and the time-decayed
+ones) on the same leave-one-out split (:mod:`seqenc.training.baselines`).
 
     python benchmarks/time_ablation.py                                  # the full grid, 5 seeds
     python benchmarks/time_ablation.py --datasets bpic2013 --variants default no_time \\
@@ -322,7 +323,7 @@ def table(
             f"| {stopping(group, patience, 0.0)} |"
         )
     for seen, values in base.items():
-        for method in ("popularity", "repeat"):
+        for method in dict.fromkeys(k.split("/")[0] for k in values if k.endswith("/mrr")):
             lines.append(
                 f"| baseline: {method}, seen {seen} | — | — | {values[f'{method}/ndcg@10']:.4f} "
                 f"| {values.get(f'{method}/hr@1', float('nan')):.4f} | {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | | | |"

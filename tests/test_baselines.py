@@ -10,7 +10,14 @@ from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
 from seqenc.data.split import leave_one_out
 from seqenc.data.vocab import N_SPECIAL
-from seqenc.training.baselines import baseline_metrics, item_counts, ranking_metrics, repeat_targets
+from seqenc.training.baselines import (
+    baseline_metrics,
+    fitted_scales,
+    item_counts,
+    ranking_metrics,
+    repeat_targets,
+)
+from seqenc.training.decay import DECAY_SPANS, interval_statistics, newest_event_view, scales_from
 from seqenc.training.metrics import RankingMetrics
 
 SCHEMA = EventSchema(timestamp=None)
@@ -26,7 +33,22 @@ def split(histories: dict[int, list[str]], min_len: int = 3):
     return leave_one_out(store, min_len), vocabs
 
 
-def naive_metrics(method, train, view, ks, filter_seen):
+def naive_history(method, history, times, query, place, scales):
+    """The history's distinct real items in a baseline's order, written from its definition."""
+    recent = [i for i in dict.fromkeys(reversed(history)) if i >= N_SPECIAL]  # most recent first
+    if method == "repeat":
+        return recent
+    if method == "topfreq":  # most uses first; ties: the most recent (recent's order, stable)
+        return sorted(recent, key=lambda i: -history.count(i))
+    # timedecay: sum over the item's distinct purchase times of exp(-age / scale), then popularity
+    bought = {(i, t) for i, t in zip(history, times, strict=True) if i >= N_SPECIAL}
+    score = {
+        i: sum(math.exp(-(query - t) / scales[i]) for j, t in bought if j == i) for i in recent
+    }
+    return sorted(recent, key=lambda i: (-score[i], place[i]))
+
+
+def naive_metrics(method, train, view, ks, filter_seen, scales=None):
     """One entity at a time, in plain Python: the ranking each baseline defines."""
     store = view.store
     n_items = int(store.items.max()) + 1
@@ -34,15 +56,16 @@ def naive_metrics(method, train, view, ks, filter_seen):
     for s, e in zip(train.starts, train.ends, strict=True):
         counts.update(store.items[s:e].tolist())
     popular = sorted(range(N_SPECIAL, n_items), key=lambda i: (-counts[i], i))
+    place = {item: rank for rank, item in enumerate(popular)}
     hit_ks = sorted({1, *ks})  # HR@1 is always reported
     sums = {f"hr@{k}": 0.0 for k in hit_ks} | {f"ndcg@{k}": 0.0 for k in ks} | {"mrr": 0.0}
     for s, e, t in zip(view.starts, view.ends, view.targets, strict=True):
         history, target = store.items[s:e].tolist(), int(store.items[t])
         ranking = popular
-        if method == "repeat":
-            recent = list(dict.fromkeys(reversed(history)))  # distinct, most recent first
-            recent = [i for i in recent if i >= N_SPECIAL]
-            ranking = recent + [i for i in popular if i not in recent]
+        if method != "popularity":
+            times, query = store.timestamps[s:e].tolist(), float(store.timestamps[t])
+            first = naive_history(method, history, times, query, place, scales)
+            ranking = first + [i for i in popular if i not in first]
         if filter_seen:
             ranking = [i for i in ranking if i not in history]
         if target not in ranking:
@@ -72,7 +95,7 @@ def random_log(seed: int, n_entities: int = 40, n_items: int = 25) -> dict[int, 
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("method", ["popularity", "repeat"])
+@pytest.mark.parametrize("method", ["popularity", "repeat", "topfreq"])
 @pytest.mark.parametrize("filter_seen", [False, True])
 def test_matches_naive_reference(seed, method, filter_seen):
     (train, val, test), _ = split(random_log(seed))
@@ -83,6 +106,60 @@ def test_matches_naive_reference(seed, method, filter_seen):
         assert got.keys() == want.keys()
         for name in want:
             assert got[name] == pytest.approx(want[name], abs=1e-6), name
+
+
+def timed_split(seed: int):
+    """Leave-one-out views of :func:`random_log` with random event times (some tied: the same
+    item twice at one time is one purchase), and random per-item time scales."""
+    log = random_log(seed)
+    rng = np.random.default_rng(seed + 100)
+    df = pd.DataFrame(
+        [(e, item) for e, items in log.items() for item in items], columns=["entity_id", "item_id"]
+    )
+    df["timestamp"] = pd.to_datetime(rng.integers(0, 400, len(df)) * 3600, unit="s", utc=True)
+    store, _ = build_sequences(df, EventSchema(), keep_newest=None)
+    scales = rng.uniform(1e4, 1e6, int(store.items.max()) + 1)
+    return (*leave_one_out(store), scales)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("method", ["topfreq", "timedecay"])
+@pytest.mark.parametrize("filter_seen", [False, True])
+@pytest.mark.parametrize("endless", [False, True])
+def test_timed_history_baselines_match_naive_reference(seed, method, filter_seen, endless):
+    """``endless``: no decay, every purchase weighs 1, so many scores tie (popularity decides)."""
+    train, val, test, scales = timed_split(seed)
+    scales = np.full_like(scales, np.inf) if endless else scales
+    counts = item_counts(train)
+    for view in (val, test):
+        got = ranking_metrics(
+            method, view, counts, ks=(1, 5, 10), filter_seen=filter_seen, scales=scales
+        )
+        want = naive_metrics(method, train, view, (1, 5, 10), filter_seen, scales)
+        for name in want:
+            assert got[name] == pytest.approx(want[name], abs=1e-6), name
+
+
+def test_single_event_streams_print_every_history_baseline():
+    train, _, test, _ = timed_split(3)
+    out = baseline_metrics(train, test, ks=(1, 10))
+    for method in ("popularity", "repeat", "topfreq", "timedecay"):
+        assert {f"{method}/hr@1", f"{method}/ndcg@10"} <= set(out)
+    # the decay's scales are fitted on the training histories' newest events
+    held = newest_event_view(train)
+    ends = dict(zip(train.rows.tolist(), train.ends.tolist(), strict=True))
+    assert held.targets.tolist() == [ends[row] - 1 for row in held.rows.tolist()]
+    assert (held.ends == held.targets).all() and (held.lengths >= 1).all()
+    counts = item_counts(train)
+    base = scales_from(interval_statistics(train, len(counts)))
+    fitted = fitted_scales(train, counts, baskets=False)
+    assert any(np.allclose(fitted, base * span) for span in DECAY_SPANS)
+    # with the honest filter every history baseline ranks the unseen items by popularity
+    honest = baseline_metrics(train, test, ks=(10,), filter_seen=True)
+    assert honest["timedecay/ndcg@10"] == honest["topfreq/ndcg@10"] == honest["repeat/ndcg@10"]
+    # without timestamps there is no decay to fit
+    (untimed, _, untimed_test), _ = split(random_log(3))
+    assert "timedecay/hr@1" not in baseline_metrics(untimed, untimed_test, ks=(1,))
 
 
 def test_hand_computed_case():

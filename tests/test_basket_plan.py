@@ -25,12 +25,13 @@ from seqenc.training.basket_plan import (
     MAX_BASKET_STEPS,
     MIN_BASKET_STEPS,
     basket_schedule,
+    describe_baskets,
 )
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
 from seqenc.training.epochs import whole_epochs
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.module import SeqencModule
-from seqenc.training.run_options import REPEAT_SHARE
+from seqenc.training.run_options import REPEAT_SHARE, resolve_encoder
 
 # a validation curve that peaks at epoch 2, dips for two epochs, then would climb again
 CURVE = [0.10, 0.20, 0.30, 0.25, 0.28, 0.29, 0.50, 0.60]
@@ -188,9 +189,9 @@ def test_basket_steps_without_the_basket_protocol_is_refused(tmp_path, monkeypat
 @pytest.mark.parametrize("baskets", [True, False])
 @pytest.mark.parametrize("repeats", [0.5, 0.0])
 def test_the_next_basket_defaults_follow_the_basket_protocol(baskets, repeats):
-    """``basket_positives`` auto trains on every item of the next basket, and ``repeat_counts``
-    null reads purchase counts, exactly where the basket protocol is on (and, for the counts,
-    the repeat head: a log with repeats); saved resolved. Set values are kept."""
+    """``basket_positives`` auto trains on every item of the next basket exactly where the basket
+    protocol is on, and ``repeat_counts`` null reads purchase counts wherever the repeat head is
+    (a log with repeats), baskets or single events; saved resolved. Set values are kept."""
     log = pd.DataFrame(
         {
             "entity_id": ["a"] * 6,
@@ -203,11 +204,19 @@ def test_the_next_basket_defaults_follow_the_basket_protocol(baskets, repeats):
     module = SeqencModule(spec, encoder=EncoderConfig(d_model=8))
     head = repeats >= REPEAT_SHARE
     assert module.config.repeat_head == head
-    assert module.config.repeat_counts == (baskets and head)
+    assert module.config.repeat_counts == head
     assert module.hparams.basket_positives == ("all" if baskets else "one")
-    assert module.hparams.encoder["repeat_counts"] == (baskets and head)
-    if baskets and head:
+    assert module.hparams.encoder["repeat_counts"] == head
+    # the line the fit prints: how the head reads, wherever it is on (and every basket fit)
+    line = describe_baskets(module.hparams.basket_positives, module.config)
+    assert line.startswith("next baskets" if baskets else "repeat head" if head else "")
+    counts = f"repeat_counts {str(module.config.repeat_counts).lower()})"
+    assert line.endswith(counts) == (baskets or head) and bool(line) == (baskets or head)
+    if head:
         given = SeqencModule(
             spec, encoder=EncoderConfig(d_model=8, repeat_counts=False), basket_positives="one"
         )
         assert (given.config.repeat_counts, given.hparams.basket_positives) == (False, "one")
+        # a checkpoint written before the field read no counts: resumed, it keeps its weights
+        older = {k: v for k, v in module.hparams.encoder.items() if k != "repeat_counts"}
+        assert resolve_encoder(older, spec, module.objective).repeat_counts is False

@@ -260,7 +260,8 @@ def test_fit_prints_the_baselines_beside_the_model(tmp_path, monkeypatch, capsys
           "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])  # fmt: skip
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
-    assert {"model", "baseline/popularity", "baseline/repeat"} <= set(rows)
+    names = ("popularity", "repeat", "topfreq", "timedecay")  # a timed single-event log
+    assert {"model", *(f"baseline/{name}" for name in names)} <= set(rows)
     assert len(rows["baseline/repeat"]) == len(rows["model"]) == 6  # hr@1, hr/ndcg @10 @20, mrr
     lines = out.splitlines()
     header = lines[max(i for i, x in enumerate(lines) if x.startswith("model ")) - 1]
@@ -292,12 +293,13 @@ def test_fit_prints_the_share_of_events_in_buckets_and_the_bundle_keeps_it(
 RESUME = ("--data.history_len", "8", "--model.encoder.d_model", "8", "--trainer.max_epochs", "1")
 
 
-def trained(tmp_path, monkeypatch, capsys) -> tuple[pd.DataFrame, str]:
-    """A one-epoch run (lr 0.005, dropout 0.1, d_model 8): its events and last checkpoint."""
+def trained(tmp_path, monkeypatch, capsys, *args: str) -> tuple[pd.DataFrame, str]:
+    """A one-epoch run (lr 0.005, dropout 0.1, d_model 8, ``args`` on top): its events and last
+    checkpoint."""
     events = generate_events(60, n_items=20, seed=2, max_events=30)
     run_dir = fit_run(
         tmp_path, monkeypatch, capsys, events, *RESUME, "--model.lr", "0.005",
-        "--model.encoder.dropout", "0.1",
+        "--model.encoder.dropout", "0.1", *args,
     )  # fmt: skip
     time.sleep(1)  # the next run gets its own folder (named by the second)
     return events, str(run_dir / "checkpoints" / "last.ckpt")
@@ -402,12 +404,14 @@ def test_a_schema_for_a_format_that_names_its_own_columns_is_refused(tmp_path, c
 
 def test_a_checkpoint_written_before_the_encoder_section_resumes(tmp_path, monkeypatch, capsys):
     """A checkpoint as seqenc wrote it before the lengths were named: flat model options (None for
-    the automatic ones), ``max_len`` in the encoder configuration and the data spec. It resumes
-    with its own options (d_model 8) and turns into a bundle."""
+    the automatic ones), ``max_len`` in the encoder configuration and the data spec, no purchase
+    counts (``repeat_counts`` came later). It resumes with its own options (d_model 8) and turns
+    into a bundle."""
     from seqenc.inference import load_encoder
     from seqenc.training.checkpoint import bundle_from_checkpoint
 
-    events, last = trained(tmp_path, monkeypatch, capsys)
+    counts = ("--model.encoder.repeat_counts", "false")  # the weights of a head without counts
+    events, last = trained(tmp_path, monkeypatch, capsys, *counts)
     ckpt = torch.load(last, weights_only=True)
     hp = ckpt["hyper_parameters"]
     encoder = hp.pop("encoder")
@@ -415,6 +419,7 @@ def test_a_checkpoint_written_before_the_encoder_section_resumes(tmp_path, monke
     hp |= {"time": None, "repeat_head": None, "filter_seen": None}
     config = ckpt["encoder_config"]
     config["max_len"] = config.pop("n_positions") - 1
+    del config["repeat_counts"]
     spec = next(v for v in ckpt.values() if isinstance(v, dict) and "spec" in v)["spec"]
     spec["max_len"] = spec.pop("history_len")
     old = tmp_path / "old.ckpt"

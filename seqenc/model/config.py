@@ -46,8 +46,8 @@ class EncoderConfig:
             of purchases and the time since its newest one (:func:`~seqenc.model.repeat.purchase_features`:
             one key per item, a learned bias per cell of the two log buckets) instead of scoring
             every past event alone. ``None`` (the default):
-            :class:`~seqenc.training.module.SeqencModule` decides (on under the basket protocol);
-            a bare encoder and bundles written without the field have it off.
+            :class:`~seqenc.training.module.SeqencModule` decides (on with the repeat head); a
+            bare encoder and bundles and checkpoints written without the field have it off.
         recency: the gap to the reference time as an input, as bundles written before
             ``query_time`` had; never for new models (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
@@ -195,8 +195,9 @@ class EncoderConfig:
     def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
         """A saved configuration's fields with today's names: one written before the lengths were
         named (bundle format 1, older checkpoints) holds ``max_len``, the longest history, which is
-        ``n_positions - 1``; one written before ``missing_values`` has no not-recorded vectors."""
-        saved = {"missing_values": False} | saved
+        ``n_positions - 1``; one written before ``missing_values`` has no not-recorded vectors, one
+        written before ``repeat_counts`` no purchase counts."""
+        saved = {"missing_values": False, "repeat_counts": False} | saved
         if not isinstance(saved.get("max_len"), int):
             return saved
         rest = {k: v for k, v in saved.items() if k != "max_len"}

@@ -1,18 +1,16 @@
-"""Trivial next-item baselines on the model's own split, ranking the full catalogue with the
-model's metrics so their figures sit beside its figures:
+"""Trivial next-item baselines on the model's split, ranking the full catalogue with its metrics:
 
 - **popularity**: items by their count in the training part of the split, ties by smaller id;
-- **repeat**: the history's items first, the most recently used first, then popularity;
-- **topfreq** (basket protocol, P-TopFreq): the history's items first, the most often used first
-  (ties: the most recent), then popularity;
-- **timedecay** (basket protocol): the history's items by their purchases decayed with per-item
+- **repeat**: the history's items first, the most recently used first, then popularity (its HR@1
+  is "repeat the last item");
+- **topfreq** (P-TopFreq): the history's items first, the most often used first (ties: the most
+  recent), then popularity;
+- **timedecay** (with timestamps): the history's items by their purchases decayed with per-item
   rates fitted on the training part (:mod:`seqenc.training.decay`), then popularity.
 
-Without baskets each target's rank comes from its history's distinct items (no score per item);
-under the basket protocol they rank the target basket with
-:class:`~seqenc.training.metrics.BasketMetrics`. The history is the sample's whole input, not
-truncated to ``history_len``: the same events the seen-item filter removes.
-"""
+Without baskets a target's rank comes from its history's distinct items (no score per item);
+under the basket protocol they rank the target basket (:class:`~seqenc.training.metrics.BasketMetrics`).
+The history is the sample's whole input, not cut to ``history_len``: what the seen filter removes."""
 
 from __future__ import annotations
 
@@ -27,13 +25,15 @@ from seqenc.data.vocab import N_SPECIAL
 from seqenc.training.decay import (
     DECAY_SPANS,
     decay_scores,
+    decayed_history,
     interval_statistics,
     newest_basket_view,
+    newest_event_view,
     scales_from,
 )
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 
-BASELINES = ("popularity", "repeat")
+BASELINES = ("popularity", "repeat", "topfreq", "timedecay")  # timedecay: with timestamps
 BASKET_BASELINES = ("popularity", "topfreq", "timedecay", "repeat")
 _BLOCK_CELLS = 1 << 22  # basket protocol: samples x items per dense score block (float64)
 
@@ -69,25 +69,21 @@ def popularity_ranks(counts: np.ndarray) -> np.ndarray:
 
 
 def target_ranks(
-    method: str, view: SequenceView, popularity: np.ndarray, filter_seen: bool
+    method: str,
+    view: SequenceView,
+    popularity: np.ndarray,
+    filter_seen: bool,
+    scales: np.ndarray | None = None,
 ) -> np.ndarray:
     """``[len(view)]`` float64 0-based rank of each target under a baseline, ``inf`` if filtered.
 
     Computed from each history's distinct items, never a score per catalogue item: popularity
     ranks the target by its popularity rank, less the seen items ahead of it when they are
-    filtered; repeat-recent puts the history first (the last used first), then popularity.
+    filtered; the history baselines put the history first, in their order
+    (:func:`_history_keys`), then the rest by popularity. ``scales``: ``timedecay``'s.
     """
     target = view.store.items[view.targets]
-    sample, event = flat_events(view, np.arange(len(view)))
-    items = view.store.items[event]
-    real = items >= N_SPECIAL
-    sample, event, items = sample[real], event[real], items[real]
-    # each history's distinct items with their last use (events are oldest first)
-    order = np.lexsort((event, items, sample))
-    sample, event, items = sample[order], event[order], items[order]
-    last = np.ones(len(sample), dtype=bool)
-    last[:-1] = (sample[1:] != sample[:-1]) | (items[1:] != items[:-1])
-    sample, event, items = sample[last], event[last], items[last]
+    sample, items, major, minor = _history_keys(method, view, popularity, scales)
     n = len(view)
     is_target = items == target[sample]
     seen = np.bincount(sample[is_target], minlength=n) > 0
@@ -95,15 +91,41 @@ def target_ranks(
         sample, weights=popularity[items] < popularity[target[sample]], minlength=n
     )
     rank = (popularity[target] - more_popular).astype(np.float64)  # among the unseen items
-    if method == "repeat" and not filter_seen:
-        target_use = np.zeros(n, dtype=np.int64)
-        target_use[sample[is_target]] = event[is_target]
-        used_later = np.bincount(sample, weights=event > target_use[sample], minlength=n)
+    if method != "popularity" and not filter_seen:
+        # the target's keys on every row of its sample, then the history items ahead of it
+        t_major, t_minor = np.full(n, -np.inf), np.full(n, -np.inf)
+        t_major[sample[is_target]], t_minor[sample[is_target]] = major[is_target], minor[is_target]
+        ahead = (major > t_major[sample]) | ((major == t_major[sample]) & (minor > t_minor[sample]))
         distinct = np.bincount(sample, minlength=n)
-        rank = np.where(seen, used_later, distinct + rank)
+        rank = np.where(seen, np.bincount(sample, weights=ahead, minlength=n), distinct + rank)
     elif method == "popularity" and not filter_seen:
         rank = popularity[target].astype(np.float64)
     return np.where((target < N_SPECIAL) | (seen & filter_seen), np.inf, rank)
+
+
+def _history_keys(
+    method: str, view: SequenceView, popularity: np.ndarray, scales: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(sample, item, major, minor)``: each distinct (sample, real history item) of ``view``,
+    and the keys its baseline orders the history by (greater first: ``major``, then ``minor``):
+    repeat the last use; topfreq the uses, then the last use; timedecay the decayed score
+    (:func:`~seqenc.training.decay.decayed_history`), then popularity."""
+    if method == "timedecay":
+        sample, items, score = decayed_history(view, np.arange(len(view)), scales)
+        return sample, items, score, -popularity[items].astype(np.float64)
+    sample, event = flat_events(view, np.arange(len(view)))
+    items = view.store.items[event]
+    real = items >= N_SPECIAL
+    sample, event, items = sample[real], event[real], items[real]
+    order = np.lexsort((event, items, sample))  # each (sample, item) run, oldest use first
+    sample, event, items = sample[order], event[order], items[order]
+    last = np.ones(len(sample), dtype=bool)
+    last[:-1] = (sample[1:] != sample[:-1]) | (items[1:] != items[:-1])
+    ends = np.flatnonzero(last)
+    uses = np.diff(ends, prepend=-1).astype(np.float64)
+    newest = event[ends].astype(np.float64)
+    major, minor = (uses, newest) if method == "topfreq" else (newest, np.zeros(len(ends)))
+    return sample[ends], items[ends], major, minor
 
 
 def _block_scores(
@@ -139,9 +161,8 @@ def ranking_metrics(
     scales: np.ndarray | None = None,
 ) -> dict[str, float]:
     """The metrics of :class:`~seqenc.training.metrics.RankingMetrics` (``hr@K``, ``ndcg@K``, ``mrr``) of
-    one baseline (``"popularity"`` or ``"repeat"``) on the targets of ``eval_view``; with target
-    baskets, those of :class:`~seqenc.training.metrics.BasketMetrics` (and ``"topfreq"`` and
-    ``"timedecay"`` too).
+    one baseline (one of :func:`baseline_names`) on the targets of ``eval_view``; with target
+    baskets, those of :class:`~seqenc.training.metrics.BasketMetrics`.
 
     ``counts``: training item counts (:func:`item_counts`). ``scales``: ``timedecay``'s time
     scale per item (:func:`~seqenc.training.decay.scales_from`), needed by it alone. ``filter_seen``: the honest filter,
@@ -165,7 +186,7 @@ def ranking_metrics(
         metrics = _basket_metrics(method, eval_view, counts, ks, filter_seen, scales)
     else:  # one rank per target from its history's distinct items: no score per item
         metrics = RankingMetrics(ks, sync_on_compute=False)  # summed by ``reduce`` only
-        ranks = target_ranks(method, eval_view, popularity_ranks(counts), filter_seen)
+        ranks = target_ranks(method, eval_view, popularity_ranks(counts), filter_seen, scales)
         metrics.update(None, ranks=torch.from_numpy(ranks))
     if reduce is not None:
         for name, value in metrics.metric_state.items():
@@ -200,8 +221,10 @@ def _basket_metrics(
 
 def baseline_names(view: SequenceView) -> tuple[str, ...]:
     """The baselines of an evaluation view: :data:`BASKET_BASELINES` with target baskets, else
-    :data:`BASELINES`."""
-    return BASELINES if view.target_ends is None else BASKET_BASELINES
+    :data:`BASELINES` (``timedecay`` only when the log has timestamps)."""
+    if view.target_ends is not None:
+        return BASKET_BASELINES
+    return BASELINES if view.store.has_time else tuple(b for b in BASELINES if b != "timedecay")
 
 
 def _seen(view: SequenceView, idx: np.ndarray, n_items: int) -> torch.Tensor:
@@ -223,24 +246,22 @@ def repeat_targets(view: SequenceView) -> np.ndarray:
 
 
 def fitted_scales(
-    train_view: SequenceView, counts: np.ndarray, reduce: Reduce | None = None
+    train_view: SequenceView, counts: np.ndarray, reduce: Reduce | None = None, baskets: bool = True
 ) -> np.ndarray:
     """``[len(counts)]`` the ``timedecay`` baseline's time scale per item, all fitted on
     ``train_view`` (:mod:`seqenc.training.decay`): each item's shrunk repurchase interval times the
     multiplier of :data:`~seqenc.training.decay.DECAY_SPANS` that ranks the training histories'
-    newest baskets best (NDCG@10; the smaller multiplier on a tie)."""
+    newest baskets (``baskets``), else their newest events, best (NDCG@10; the smaller multiplier
+    on a tie)."""
     stats = interval_statistics(train_view, len(counts))
     if reduce is not None:
         stats = reduce(torch.from_numpy(stats)).numpy()
     scales = scales_from(stats)
-    held = newest_basket_view(train_view)
-    scores = []
-    for span in DECAY_SPANS:
-        metrics = _basket_metrics("timedecay", held, counts, (10,), False, scales * span)
-        if reduce is not None:  # every process runs every span: the same collectives
-            for name, value in metrics.metric_state.items():
-                setattr(metrics, name, reduce(value))
-        scores.append(float(metrics.compute()["ndcg@10"]))
+    held = (newest_basket_view if baskets else newest_event_view)(train_view)
+    scores = [  # every process runs every span: the same collectives
+        ranking_metrics("timedecay", held, counts, (10,), False, reduce, scales * span)["ndcg@10"]
+        for span in DECAY_SPANS
+    ]
     return scales * DECAY_SPANS[int(np.argmax(scores))]
 
 
@@ -270,8 +291,8 @@ def baseline_metrics(
     if reduce is not None:
         counts = reduce(torch.from_numpy(counts)).numpy()
     scales = None
-    if eval_view.target_ends is not None:
-        scales = fitted_scales(train_view, counts, reduce)
+    if "timedecay" in baseline_names(eval_view):
+        scales = fitted_scales(train_view, counts, reduce, eval_view.target_ends is not None)
     out = {
         f"{method}/{name}": value
         for method in baseline_names(eval_view)

@@ -118,14 +118,18 @@ def resolve_positives(option: str, config: EncoderConfig) -> str:
 
 
 def describe_baskets(positives: str, config: EncoderConfig) -> str:
-    """The line a next-basket fit prints: what a basket trains on, whether the repeat head reads
-    purchase counts (both resolved)."""
+    """The line a fit with the repeat head prints (``""`` without it): whether the head reads
+    purchase counts, and under the basket protocol what a basket trains on (both resolved)."""
     counts = bool(config.repeat_counts)
-    return (
-        f"next baskets: trains on {'every item' if positives == 'all' else 'one item'} of the "
-        f"next basket (model.basket_positives {positives}); the repeat head "
+    reads = (
         f"{'reads' if counts else 'does not read'} purchase counts "
         f"(model.encoder.repeat_counts {str(counts).lower()})"
+    )
+    if not config.baskets:
+        return f"repeat head: {reads}" if config.repeat_head else ""
+    return (
+        f"next baskets: trains on {'every item' if positives == 'all' else 'one item'} of the "
+        f"next basket (model.basket_positives {positives}); the repeat head {reads}"
     )
 
 

@@ -131,10 +131,11 @@ def kept_checkpoint(trainer: pl.Trainer) -> str:
 
 
 class Baselines(Callback):
-    """After ``test``, the trivial baselines on the same split and metrics: popularity and
-    "repeat the most recent distinct items", and under the basket protocol "the entity's most
-    frequent items" (:mod:`seqenc.training.baselines`), printed beside the model's
-    figures and logged as ``baseline/<name>/<metric>``, with the share of repeated targets.
+    """After ``test``, the trivial baselines on the same split and metrics: popularity, "repeat
+    the most recent distinct items" (its HR@1: repeat the last item), "the entity's most frequent
+    items" and, with timestamps, its purchases decayed by their age
+    (:mod:`seqenc.training.baselines`), printed beside the model's figures and logged as
+    ``baseline/<name>/<metric>``, with the share of repeated targets.
 
     When every process reads the whole log, the first computes them alone; when each holds its
     own entities (``data.shard_entities``), each computes on its own and the sums are reduced,
@@ -159,7 +160,8 @@ class Baselines(Callback):
             reduce=_summed_over(trainer) if sharded else None,
         )
         if trainer.is_global_zero:
-            _report(trainer, values, pl_module.filter_seen, baseline_names(test))
+            names = baseline_names(test)
+            _report(trainer, values, pl_module.filter_seen, names, test.target_ends is not None)
             for logger in trainer.loggers:
                 logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})
 
@@ -175,7 +177,11 @@ def _summed_over(trainer: pl.Trainer) -> Reduce:
 
 
 def _report(
-    trainer: pl.Trainer, values: dict[str, float], filter_seen: bool, baselines: tuple[str, ...]
+    trainer: pl.Trainer,
+    values: dict[str, float],
+    filter_seen: bool,
+    baselines: tuple[str, ...],
+    baskets: bool,
 ) -> None:
     """Print the model's test figures, the baselines' below them and the model's intervals."""
     model = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
@@ -185,7 +191,7 @@ def _report(
         for b in baselines
     ]
     width = max(len(k) for k in names)
-    kind = "target baskets (items)" if "topfreq" in baselines else "targets"
+    kind = "target baskets (items)" if baskets else "targets"
     print(
         f"test split: {int(values['n_targets'])} {kind}, {values['share_repeat_targets']:.1%} "
         f"repeat an item of their history; seen items {'filtered' if filter_seen else 'kept'}"

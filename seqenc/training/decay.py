@@ -1,16 +1,16 @@
-"""The time-aware repeat baseline of the basket protocol: each past purchase of an item decayed
-by its age at the query time with the item's own rate (time-aware item weighting, Romanov et al.,
-RecSys 2023, in its simplest form).
+"""The time-aware repeat baseline (``timedecay``): each past purchase of an item decayed by its
+age at the query time with the item's own rate (time-aware item weighting, Romanov et al.,
+RecSys 2023, in its simplest form). A purchase is a basket under the basket protocol, an event's
+time otherwise (same-time events of an item count once).
 
-An item's time scale is the geometric mean of its repurchase intervals (two baskets of one entity
-that both hold it) in the training split, shrunk toward the pooled one with the weight of
+An item's time scale is the geometric mean of its repurchase intervals (two purchases of one
+entity that both hold it) in the training split, shrunk toward the pooled one with the weight of
 :data:`PRIOR_INTERVALS` intervals, times one multiplier from :data:`DECAY_SPANS` fitted on the
-training split too (the one that best ranks the training histories' newest baskets: purchases
-fade at different paces in a grocery and a bank). A history item scores
-``log sum_b exp(-age_b / scale_item)`` over its purchases (a basket counts once), ``age_b`` to the
-query time (the target basket's, as the model's); the history's items rank first by that score
-(ties: the more popular), then the rest by popularity.
-"""
+training split too (the one that best ranks the training histories' newest baskets, or newest
+events: purchases fade at different paces in a grocery and a bank). A history item scores
+``log sum_b exp(-age_b / scale_item)`` over its purchases, ``age_b`` to the query time (the
+target's, as the model's); the history's items rank first by that score (ties: the more
+popular), then the rest by popularity."""
 
 from __future__ import annotations
 
@@ -75,13 +75,12 @@ def scales_from(stats: np.ndarray) -> np.ndarray:
     return np.exp((total + PRIOR_INTERVALS * pooled) / (count + PRIOR_INTERVALS))
 
 
-def decay_scores(
-    view: SequenceView, idx: np.ndarray, scales: np.ndarray, popularity: np.ndarray
-) -> np.ndarray:
-    """``[len(idx), n_items]`` float64 strict scores of the samples ``idx`` of an evaluation view
-    (its targets give the query times): the history's items above every other, ordered by their
-    decayed purchase score, then by ``popularity`` (:func:`~seqenc.training.baselines.popularity_scores`,
-    distinct values in ``1 … n_items``), which also orders the rest."""
+def decayed_history(
+    view: SequenceView, idx: np.ndarray, scales: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(sample, item, score)``: each distinct (sample, real history item) of the samples ``idx``
+    of an evaluation view, sorted by sample then item, and its decayed purchase score
+    ``log sum_b exp(-age_b / scale_item)`` at the sample's query time (its target's)."""
     sample, items, times = _purchases(view, idx)
     query = view.store.timestamps[view.targets[idx]]
     decayed = -(query[sample] - times) / scales[items]
@@ -91,7 +90,18 @@ def decay_scores(
     group = np.cumsum(run) - 1
     peak = np.maximum.reduceat(decayed, np.flatnonzero(run)) if len(run) else decayed
     score = peak + np.log(np.bincount(group, weights=np.exp(decayed - peak[group])))
-    sample, items = sample[run], items[run]
+    return sample[run], items[run], score
+
+
+def decay_scores(
+    view: SequenceView, idx: np.ndarray, scales: np.ndarray, popularity: np.ndarray
+) -> np.ndarray:
+    """``[len(idx), n_items]`` float64 strict scores of the samples ``idx`` of an evaluation view
+    (its targets give the query times): the history's items above every other, ordered by their
+    decayed purchase score (:func:`decayed_history`), then by ``popularity``
+    (:func:`~seqenc.training.baselines.popularity_scores`, distinct values in ``1 … n_items``),
+    which also orders the rest."""
+    sample, items, score = decayed_history(view, idx, scales)
     # strict order of each history's items: score descending, then popularity descending
     order = np.lexsort((-popularity[items], -score, sample))
     sample, items = sample[order], items[order]
@@ -111,7 +121,7 @@ def newest_basket_view(train_view: SequenceView, limit: int = FIT_SAMPLES) -> Se
     # the newest basket start inside each sample's input [start, end)
     last = opens[np.clip(np.searchsorted(opens, train_view.ends, side="left") - 1, 0, None)]
     keep = np.flatnonzero((last > train_view.starts) & (train_view.ends > train_view.starts))
-    keep = keep[np.unique(np.linspace(0, len(keep) - 1, min(limit, len(keep))).astype(np.int64))]
+    keep = _evenly(keep, limit)
     return SequenceView(
         store,
         train_view.rows[keep],
@@ -120,3 +130,19 @@ def newest_basket_view(train_view: SequenceView, limit: int = FIT_SAMPLES) -> Se
         targets=last[keep],
         target_ends=train_view.ends[keep],
     )
+
+
+def newest_event_view(train_view: SequenceView, limit: int = FIT_SAMPLES) -> SequenceView:
+    """At most ``limit`` samples of ``train_view`` (evenly spaced) whose input holds two events or
+    more, as a next-event evaluation view: the input's newest event is the target, the rest the
+    history (the single-event stream's :func:`newest_basket_view`)."""
+    keep = _evenly(np.flatnonzero(train_view.lengths >= 2), limit)
+    last = train_view.ends[keep] - 1
+    return SequenceView(
+        train_view.store, train_view.rows[keep], train_view.starts[keep], last, targets=last
+    )
+
+
+def _evenly(keep: np.ndarray, limit: int) -> np.ndarray:
+    """At most ``limit`` of ``keep``, evenly spaced (no draw: the same samples every run)."""
+    return keep[np.unique(np.linspace(0, len(keep) - 1, min(limit, len(keep))).astype(np.int64))]

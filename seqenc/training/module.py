@@ -373,8 +373,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
 
     def on_fit_start(self) -> None:
         rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
-        if self.config.baskets:
-            rank_zero_info(describe_baskets(self.hparams.basket_positives, self.config))
+        if line := describe_baskets(self.hparams.basket_positives, self.config):
+            rank_zero_info(line)
         if self.value_head is not None:
             rank_zero_info(
                 f"masked values: weight {self.hparams.value_weight} (a share model.mask_prob of "

@@ -146,9 +146,9 @@ def resolve_encoder(
     events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item (and
     ``missing_values`` on) when the log has numeric features; ``time_values`` and ``item_values``
     ``None`` on for a model without causal attention (the entity model of a label head), the
-    latter with values read per item; ``repeat_counts`` ``None`` on with the repeat head under the
-    basket protocol. ``encoder`` may be a saved configuration's fields (a checkpoint's
-    hyper-parameters)."""
+    latter with values read per item; ``repeat_counts`` ``None`` on with the repeat head (what
+    P-TopFreq reads: baskets under the basket protocol, events otherwise). ``encoder`` may be a
+    saved configuration's fields (a checkpoint's hyper-parameters)."""
     if isinstance(encoder, dict):
         encoder = EncoderConfig(**EncoderConfig.upgrade(encoder))
     data = {
@@ -192,7 +192,7 @@ def resolve_encoder(
         query_time=use_time and encoder.query_time,
         time_bias=use_time and encoder.time_bias,
         repeat_head=repeat_head,
-        repeat_counts=_auto(encoder.repeat_counts, repeat_head and data["baskets"]),
+        repeat_counts=_auto(encoder.repeat_counts, repeat_head),
     )
 
 
