@@ -74,7 +74,7 @@ def test_a_bundle_without_head_still_loads_and_writes_no_prediction(tmp_path):
     assert encoder.head is None and meta.head == {}
 
 
-def test_init_from_starts_from_the_bundles_encoder_weights_and_shape(tuned, tmp_path):
+def test_init_from_starts_from_the_bundles_encoder_weights_and_shape(tuned, tmp_path, capsys):
     """The bundle's encoder shape wins over options the layered configs set (said in one line)."""
     bundle, labels, _ = tuned
     folder = bundle.parents[3]
@@ -98,6 +98,11 @@ def test_init_from_starts_from_the_bundles_encoder_weights_and_shape(tuned, tmp_
         f"model.encoder.ffn_mult {start[1].encoder.ffn_mult} (the configs': 2); "
         "model.encoder.positional learned (the configs': none)"
     ) in printed
+    with pytest.raises(SystemExit):  # a start that is not there: one line naming the option
+        fit(tmp_path, "--data.labels", "labels.parquet", "--data.label_column", "account_type",
+            "--model.init_from", str(tmp_path / "nowhere"))  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("seqenc fit: error: model.init_from: model bundle not found"), err
     tuned_again, meta, _ = load_bundle(again)
     assert meta.encoder.ffn_mult == start[1].encoder.ffn_mult
     for name, value in start[0].state_dict().items():

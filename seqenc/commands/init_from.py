@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from seqenc.bundle import read_meta
+from seqenc.errors import SeqencError
 from seqenc.training.run_options import ENCODER_FIELDS, SHAPE_OPTIONS
 
 # The encoder body's shape options. The repeat head is an output head of a next-event model,
@@ -26,7 +27,10 @@ def adopt_bundle(config: Any) -> str:
     that differ from what the configs set (``""`` when none do)."""
     path = config.model.init_from
     config.data.vocabs_from = config.data.get("vocabs_from") or path
-    meta = read_meta(path)
+    try:
+        meta = read_meta(path)
+    except SeqencError as e:
+        raise SeqencError(f"model.init_from: {e}") from e
     encoder, changed = config.model.encoder, []
     for name in BODY_OPTIONS:
         theirs, ours = getattr(meta.encoder, name), encoder.get(name)
