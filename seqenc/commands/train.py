@@ -110,6 +110,7 @@ class SeqencCLI(LightningCLI):
 
     def __init__(self, *args, release: Callable[[], None] = lambda: None, **kwargs) -> None:
         self._release = release  # prints what was held back (cli_support.held_output)
+        self._init_line = ""  # what a start from a bundle changed (before_instantiate_classes)
         super().__init__(*args, **kwargs)
 
     def parse_arguments(self, parser, args) -> None:
@@ -179,7 +180,7 @@ class SeqencCLI(LightningCLI):
             lines = set_basket_schedule(self.trainer, self.datamodule, steps, stopping)
         else:
             lines = resolve_stopping(stopping, "the event before the newest", picks=False)
-        lines = [line for line in (getattr(self, "_init_line", ""), *lines) if line]
+        lines = [line for line in (self._init_line, *lines) if line]
         if lines and self.trainer.is_global_zero:
             print("\n".join(lines))
 
