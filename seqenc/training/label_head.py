@@ -96,9 +96,7 @@ class LabelHead:
                 "labelled row's events at its cut-off, beside the pooled sequence)"
             )
             train = datamodule.labelled_splits[0]
-            why = fit_wide_start(
-                head, train.aggregates, train.targets, self.label_weights, label_score
-            )
+            why = fit_wide_start(head, train.aggregates, train.targets)
             rank_zero_info(why)
         rank_zero_info(
             f"evaluation: {score_name(head.task)} of the held-out labelled entities (val/score), "
