@@ -5,6 +5,7 @@ cannot compute them refusing in one line."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -162,15 +163,11 @@ def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
 
 
 def test_the_wide_starts_penalty_is_the_lowest_held_out_log_loss() -> None:
-    """The penalty against a reference search with scikit-learn on the same three folds: each
-    penalty p is a logistic regression of C = 1 / (n_train p), scored by its held-out log loss
-    (the probe's rule); the lowest mean wins. A rare class and few rows, where a held-out AUC
-    ties and the class weights would tilt the fit, are the case it must get right."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import log_loss
-
+    """The penalty against a reference search with scikit-learn on the same three folds, scored
+    by held-out log loss (the probe's rule). A rare class and few rows, where a held-out AUC ties
+    and the class weights would tilt the fit, are the case it must get right."""
     from seqenc.model.head import SupervisedHead
-    from seqenc.training.wide_start import FOLDS, PENALTIES, fit_wide_start
+    from seqenc.training.wide_start import PENALTIES, fit_wide_start
 
     rng = np.random.default_rng(3)
     n, k = 150, 12
@@ -183,7 +180,22 @@ def test_the_wide_starts_penalty_is_the_lowest_held_out_log_loss() -> None:
     why = fit_wide_start(head, wide, y)
     with torch.no_grad():
         z = head.standardise(torch.from_numpy(wide)).numpy().astype(np.float64)
-    folds = np.random.default_rng(0).permutation(n) % FOLDS
+    means = _reference_losses(z, y)
+    assert 0.05 < y.mean() < 0.3
+    assert f"penalty {PENALTIES[int(np.argmin(means))]:g}," in why
+    printed = float(re.search(r"cross-validated held-out loss ([0-9.]+)", why).group(1))
+    assert printed == pytest.approx(min(means), abs=1e-3)
+
+
+def _reference_losses(z: np.ndarray, y: np.ndarray) -> list[float]:
+    """scikit-learn's mean held-out log loss of each penalty of the wide start's grid, on its
+    folds (the penalty p of a two-class softmax is a logistic regression of C = 1 / (n p))."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+
+    from seqenc.training.wide_start import FOLDS, PENALTIES
+
+    folds = np.random.default_rng(0).permutation(len(y)) % FOLDS
     means = []
     for penalty in PENALTIES:
         losses = []
@@ -192,10 +204,46 @@ def test_the_wide_starts_penalty_is_the_lowest_held_out_log_loss() -> None:
             model = LogisticRegression(C=1.0 / (train.sum() * penalty), tol=1e-10, max_iter=10000)
             model.fit(z[train], y[train])
             losses.append(log_loss(y[held], model.predict_proba(z[held]), labels=[0, 1]))
-        means.append(np.mean(losses))
-    assert 0.05 < y.mean() < 0.3
-    assert f"penalty {PENALTIES[int(np.argmin(means))]:g}," in why
-    assert f"held-out loss {min(means):.3f}" in why
+        means.append(float(np.mean(losses)))
+    return means
+
+
+@pytest.mark.parametrize("signal_in_stats", [False, True])
+def test_the_wide_start_reads_the_per_value_statistics_where_they_lower_the_held_out_loss(
+    signal_in_stats: bool,
+) -> None:
+    """A small table with many per-value statistic columns: pure noise, they are left out (weight
+    0); carrying the label, they are read. The choice and the printed losses against
+    scikit-learn's search on each set of columns."""
+    from seqenc.model.head import SupervisedHead
+    from seqenc.training.wide_start import fit_wide_start, value_stat_columns
+
+    rng = np.random.default_rng(5)
+    n, base, extra = 120, 3, 40
+    wide = rng.gamma(2.0, 3.0, size=(n, base + extra)).astype(np.float32)
+    driver = np.log1p(wide[:, base if signal_in_stats else 0])
+    y = (driver + rng.normal(0, 0.4, n) > np.median(driver)).astype(np.int64)
+    names = ["count", "share[c=a]", "amount_share[c=a]"] + [
+        f"amount_{stat}[c={i}]" for i in range(extra // 2) for stat in ("mean", "last")
+    ]
+    logs = np.log1p(wide.astype(np.float64))
+    layout = {"names": names, "center": logs.mean(0).tolist(), "scale": logs.std(0).tolist(),
+              "spec": {"numeric": ["amount"], "value_stats": ["mean", "last"]}}  # fmt: skip
+    stats = value_stat_columns(layout)
+    assert stats.tolist() == [False] * base + [True] * extra
+    head = SupervisedHead(4, "classification", [0, 1], aggregates=layout)
+    why = fit_wide_start(head, wide, y)
+    with torch.no_grad():
+        z = head.standardise(torch.from_numpy(wide)).numpy().astype(np.float64)
+    with_stats, without = min(_reference_losses(z, y)), min(_reference_losses(z[:, ~stats], y))
+    printed = re.search(r"held-out loss ([0-9.]+) with them, ([0-9.]+) without", why)
+    np.testing.assert_allclose(
+        [float(v) for v in printed.groups()], [with_stats, without], atol=1e-3
+    )
+    assert (with_stats < without) == signal_in_stats
+    read = head.wide.weight[:, torch.from_numpy(stats)].abs().sum() > 0
+    assert bool(read) == signal_in_stats
+    assert ("statistics read" in why) == signal_in_stats
 
 
 def test_the_export_predicts_as_encode_does(fused, tmp_path) -> None:
