@@ -27,12 +27,12 @@ from seqenc.model.sampled import Proposal
 from seqenc.training.basket_plan import describe_baskets, resolve_positives
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
+from seqenc.training.loss_choice import loss_line, resolve_loss
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
     check_options,
     resolve_encoder,
-    resolve_loss,
     shape_mismatch,
 )
 from seqenc.training.self_supervised import SelfSupervised, resolve_value_weight
@@ -60,7 +60,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (each row's
             window exact, the rest from shared candidates: :mod:`seqenc.model.sampled`), ``"bce"``,
             ``"gbce"``; ``"auto"`` (the default) by the catalogue's size, printed at fit
-            (:func:`~seqenc.training.run_options.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
+            (:func:`~seqenc.training.loss_choice.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
         loss_options: keyword arguments of the loss, e.g. ``{"n_negatives": 4096}`` (see
             :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
@@ -372,7 +372,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
                 group["weight_decay"] = decay
 
     def on_fit_start(self) -> None:
-        rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        hp, n_real_items = self.hparams, self.config.n_items - N_SPECIAL
+        rank_zero_info(loss_line(self.loss, self.loss_reason, hp.loss_options, n_real_items))
         if line := describe_baskets(self.hparams.basket_positives, self.config):
             rank_zero_info(line)
         if self.value_head is not None:
