@@ -35,6 +35,26 @@ def test_auto_resolves_by_the_catalogue_size(n_items, expected):
     )
 
 
+def test_next_baskets_keep_the_exact_softmax_below_the_basket_threshold():
+    """Every item of the next basket a target: the exact normaliser is shared by the basket, so
+    ``auto`` moves to the sampled term only from SAMPLED_FROM_ITEMS_PER_BASKET (50,000) items."""
+    for n_items, expected in (
+        (3_706, "ce"),
+        (23_812, "ce"),
+        (49_999, "ce"),
+        (50_000, "sampled_softmax"),
+    ):
+        loss, why = resolve_loss("auto", n_items, per_basket=True)
+        assert loss == expected
+        sign = ">=" if expected == "sampled_softmax" else "<"
+        assert why.startswith(f"auto: {n_items:,} items {sign} 50,000: ")
+    assert "once per basket" in resolve_loss("auto", 23_812, per_basket=True)[1]
+    assert resolve_loss("sampled_softmax", 20, per_basket=True) == (
+        "sampled_softmax",
+        "set by model.loss",
+    )
+
+
 @pytest.mark.parametrize("name", ["ce", "sampled_softmax", "bce", "gbce"])
 def test_a_named_loss_is_kept_at_any_size(name):
     for n_items in (20, 50_000, 3_000_000):
@@ -63,30 +83,40 @@ def test_the_printed_line_says_what_the_sampled_term_is():
     assert loss_line("ce", "set by model.loss", None, 50) == "loss: ce (set by model.loss)"
 
 
-@pytest.mark.parametrize("threshold", [10, SAMPLED_FROM_ITEMS])
-def test_a_fit_prints_the_choice_and_saves_it_resolved(tmp_path, monkeypatch, caplog, threshold):
+@pytest.mark.parametrize(
+    ("threshold", "baskets", "expected"),
+    [(10, "false", "sampled_softmax"), (SAMPLED_FROM_ITEMS, "false", "ce"), (10, "true", "ce")],
+)
+def test_a_fit_prints_the_choice_and_saves_it_resolved(
+    tmp_path, monkeypatch, caplog, threshold, baskets, expected
+):
     """A real fit on a 20-item log: with the threshold moved below its catalogue the sampled term,
-    else the exact one; the line it logs names it and why, its checkpoint keeps it resolved."""
+    else the exact one, and the exact one under the basket protocol (its own threshold); the line
+    it logs names it and why, its checkpoint keeps it resolved."""
     monkeypatch.setattr(loss_choice, "SAMPLED_FROM_ITEMS", threshold)
     caplog.set_level("INFO")
-    generate_events(40, n_items=20, seed=3, max_events=20).to_parquet(tmp_path / "events.parquet")
+    events = generate_events(40, n_items=20, seed=3, max_events=20)
+    events.assign(timestamp=events["timestamp"].dt.floor("D")).to_parquet(
+        tmp_path / "events.parquet"
+    )
     monkeypatch.chdir(tmp_path)
     main(
         [
             "fit", "--data.path", "events.parquet", "--data.history_len", "8",
             "--model.encoder.d_model", "8", "--trainer.max_epochs", "1",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--data.baskets", baskets,
         ]
     )  # fmt: skip
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("loss: "))
     n_items = int(line.split("auto: ")[1].split(" items")[0])
     assert 0 < n_items <= 20
-    if threshold == 10:
+    if expected == "sampled_softmax":
         assert line.startswith(f"loss: sampled_softmax (auto: {n_items} items >= 10: ")
         assert line.endswith("the item table trained from the exact rows")
+    elif baskets == "true":
+        assert line.startswith(f"loss: ce (auto: {n_items} items < 50,000: next baskets: ")
     else:
         assert line.startswith(f"loss: ce (auto: {n_items} items < {SAMPLED_FROM_ITEMS:,}: ")
     checkpoint = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=True)
-    assert checkpoint["hyper_parameters"]["loss"] == (
-        "sampled_softmax" if threshold == 10 else "ce"
-    )
+    assert checkpoint["hyper_parameters"]["loss"] == expected

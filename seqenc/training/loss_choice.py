@@ -14,23 +14,37 @@ from seqenc.model.sampled import EXACT_SHARE, ITEM_GRADIENT, N_NEGATIVES
 # saving that grows with the catalogue; below it no catalogue was measured and the exact term is
 # affordable (docs/scale.md; benchmarks/sampled_cost.py measures the step).
 SAMPLED_FROM_ITEMS = 10_000
+# Next baskets trained on every item of the basket (``basket_positives: all``): the exact term
+# computes its normaliser once per basket, the sampled one once per item, so below about this size
+# the sampled step is barely cheaper (benchmarks/sampled_cost.py), and its quality there is unmeasured.
+SAMPLED_FROM_ITEMS_PER_BASKET = 50_000
 
 
-def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
-    """``(loss, why)``: ``"auto"`` resolved by the catalogue's size (:data:`SAMPLED_FROM_ITEMS`),
-    any other name kept; ``why`` is the reason the fit prints (:func:`loss_line`)."""
+def resolve_loss(loss: str, n_real_items: int, per_basket: bool = False) -> tuple[str, str]:
+    """``(loss, why)``: ``"auto"`` resolved by the catalogue's size (:data:`SAMPLED_FROM_ITEMS`;
+    :data:`SAMPLED_FROM_ITEMS_PER_BASKET` when ``per_basket``: every item of the next basket a
+    target), any other name kept; ``why`` is the reason the fit prints (:func:`loss_line`)."""
     if loss != "auto":
         return loss, "set by model.loss"
-    if n_real_items >= SAMPLED_FROM_ITEMS:
-        return "sampled_softmax", (
-            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}: from this size the sampled "
-            "term ranks as the exact softmax does on the catalogues measured, at a fraction of its "
-            "step; set model.loss ce to force the exact one"
-        )
-    return "ce", (
-        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}: the exact softmax, affordable "
-        "at this size; set model.loss sampled_softmax to force the sampled one"
+    threshold = SAMPLED_FROM_ITEMS_PER_BASKET if per_basket else SAMPLED_FROM_ITEMS
+    size = (
+        f"auto: {n_real_items:,} items {'>=' if n_real_items >= threshold else '<'} {threshold:,}"
     )
+    if n_real_items >= threshold:
+        why = (
+            "the exact softmax's step grows with the catalogue, the sampled term's does not"
+            if per_basket
+            else "from this size the sampled term ranks as the exact softmax does on the "
+            "catalogues measured, at a fraction of its step"
+        )
+        return "sampled_softmax", f"{size}: {why}; set model.loss ce to force the exact one"
+    why = (
+        "next baskets: the exact normaliser is computed once per basket, the sampled one once "
+        "per item, which saves little at this size"
+        if per_basket
+        else "the exact softmax, affordable at this size"
+    )
+    return "ce", f"{size}: {why}; set model.loss sampled_softmax to force the sampled one"
 
 
 def describe_sampled(options: dict[str, Any] | None, n_real_items: int) -> str:

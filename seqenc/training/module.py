@@ -142,7 +142,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         self.config = resolve_encoder(encoder, spec, self.objective)  # or a checkpoint's dict
         self.hparams.basket_positives = resolve_positives(basket_positives, self.config)
         self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
-        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
+        per_basket = bool(self.config.baskets) and self.hparams.basket_positives == "all"
+        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL, per_basket)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         defaults = inspect.signature(SeqencModule.__init__).parameters
         check_options(options, self.config, {name: p.default for name, p in defaults.items()})
