@@ -1,5 +1,5 @@
-"""``model.loss: auto``: which catalogue term resolves for which catalogue size, and the line the fit
-prints about it (hand-written expectations, and one real fit's printed line and saved loss)."""
+"""``model.loss: auto``: which catalogue term resolves for which catalogue size, and the line the
+fit prints about it (hand-written expectations, and real fits' printed lines and saved losses)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Which catalogue term a fit trains: ``model.loss: auto`` resolved by the catalogue's size, and the
-line the fit prints saying which term it chose, why, and what the sampled term's options make of it."""
+"""Which catalogue term a fit trains: ``model.loss: auto`` resolved by the catalogue's size, and
+the line the fit prints saying which term it chose, why, and what the sampled term's options make
+of it."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from typing import Any
 from seqenc.model.sampled import EXACT_SHARE, ITEM_GRADIENT, N_NEGATIVES
 
 # From this many real items on, ``loss: auto`` trains with the sampled term at its defaults (each
-# row's window exact, N_NEGATIVES shared candidates, up to EXACT_SHARE of the rows exact and the item
-# table trained from those: ITEM_GRADIENT). On every real catalogue measured from this size up it
-# ranks as the exact softmax does, within the spread of the seeds, at a fraction of its step, a
-# saving that grows with the catalogue; below it no catalogue was measured and the exact term is
+# row's window exact, N_NEGATIVES shared candidates, up to EXACT_SHARE of the rows exact and the
+# item table trained from those: ITEM_GRADIENT). On every real catalogue measured from this size
+# up it ranks as the exact softmax does, within the spread of the seeds, at a fraction of its step,
+# a saving that grows with the catalogue; below it no catalogue was measured and the exact term is
 # affordable (docs/scale.md; benchmarks/sampled_cost.py measures the step).
 SAMPLED_FROM_ITEMS = 10_000
 # Next baskets trained on every item of the basket (``basket_positives: all``): the exact term
 # computes its normaliser once per basket, the sampled one once per item, so below about this size
-# the sampled step is barely cheaper (benchmarks/sampled_cost.py), and its quality there is unmeasured.
+# the sampled step is barely cheaper (benchmarks/sampled_cost.py) and its quality is unmeasured.
 SAMPLED_FROM_ITEMS_PER_BASKET = 50_000
 
 
