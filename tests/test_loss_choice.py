@@ -9,7 +9,7 @@ import torch
 import seqenc.training.loss_choice as loss_choice
 from seqenc.cli import main
 from seqenc.data.synthetic import generate_events
-from seqenc.training.loss_choice import SAMPLED_FROM_ITEMS, loss_line, resolve_loss
+from seqenc.training.loss_choice import SAMPLED_FROM_ITEMS, loss_line, resolve_loss, what_trains
 
 
 @pytest.mark.parametrize(
@@ -35,24 +35,31 @@ def test_auto_resolves_by_the_catalogue_size(n_items, expected):
     )
 
 
-def test_next_baskets_keep_the_exact_softmax_below_the_basket_threshold():
-    """Every item of the next basket a target: the exact normaliser is shared by the basket, so
-    ``auto`` moves to the sampled term only from SAMPLED_FROM_ITEMS_PER_BASKET (50,000) items."""
+@pytest.mark.parametrize(
+    ("trains", "words"), [("next_basket", "once per basket"), ("masked", "masked")]
+)
+def test_where_it_was_not_measured_the_threshold_stays_at_50000(trains, words):
+    """Next baskets over every item of the basket (the exact normaliser shared by the basket) and
+    the masked objective: ``auto`` moves to the sampled term only from 50,000 items."""
     for n_items, expected in (
         (3_706, "ce"),
         (23_812, "ce"),
         (49_999, "ce"),
         (50_000, "sampled_softmax"),
     ):
-        loss, why = resolve_loss("auto", n_items, per_basket=True)
+        loss, why = resolve_loss("auto", n_items, trains)
         assert loss == expected
         sign = ">=" if expected == "sampled_softmax" else "<"
         assert why.startswith(f"auto: {n_items:,} items {sign} 50,000: ")
-    assert "once per basket" in resolve_loss("auto", 23_812, per_basket=True)[1]
-    assert resolve_loss("sampled_softmax", 20, per_basket=True) == (
-        "sampled_softmax",
-        "set by model.loss",
-    )
+    assert words in resolve_loss("auto", 23_812, trains)[1]
+    assert resolve_loss("sampled_softmax", 20, trains) == ("sampled_softmax", "set by model.loss")
+
+
+def test_what_the_term_trains():
+    assert what_trains("causal", False, "one") == "next_item"
+    assert what_trains("causal", True, "one") == "next_item"  # one drawn item per basket
+    assert what_trains("causal", True, "all") == "next_basket"
+    assert what_trains("masked", False, "one") == "masked"
 
 
 @pytest.mark.parametrize("name", ["ce", "sampled_softmax", "bce", "gbce"])
@@ -84,15 +91,20 @@ def test_the_printed_line_says_what_the_sampled_term_is():
 
 
 @pytest.mark.parametrize(
-    ("threshold", "baskets", "expected"),
-    [(10, "false", "sampled_softmax"), (SAMPLED_FROM_ITEMS, "false", "ce"), (10, "true", "ce")],
+    ("threshold", "args", "expected"),
+    [
+        (10, ["--data.baskets", "false"], "sampled_softmax"),
+        (SAMPLED_FROM_ITEMS, ["--data.baskets", "false"], "ce"),
+        (10, ["--data.baskets", "true"], "ce"),  # every basket item: its own threshold
+        (10, ["--data.baskets", "false", "--model.objective", "masked"], "ce"),
+    ],
 )
 def test_a_fit_prints_the_choice_and_saves_it_resolved(
-    tmp_path, monkeypatch, caplog, threshold, baskets, expected
+    tmp_path, monkeypatch, caplog, threshold, args, expected
 ):
     """A real fit on a 20-item log: with the threshold moved below its catalogue the sampled term,
-    else the exact one, and the exact one under the basket protocol (its own threshold); the line
-    it logs names it and why, its checkpoint keeps it resolved."""
+    else the exact one, and the exact one for next baskets and the masked objective (their own
+    threshold); the line it logs names it and why, its checkpoint keeps it resolved."""
     monkeypatch.setattr(loss_choice, "SAMPLED_FROM_ITEMS", threshold)
     caplog.set_level("INFO")
     events = generate_events(40, n_items=20, seed=3, max_events=20)
@@ -105,7 +117,7 @@ def test_a_fit_prints_the_choice_and_saves_it_resolved(
             "fit", "--data.path", "events.parquet", "--data.history_len", "8",
             "--model.encoder.d_model", "8", "--trainer.max_epochs", "1",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--data.baskets", baskets,
+            *args,
         ]
     )  # fmt: skip
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("loss: "))
@@ -114,8 +126,8 @@ def test_a_fit_prints_the_choice_and_saves_it_resolved(
     if expected == "sampled_softmax":
         assert line.startswith(f"loss: sampled_softmax (auto: {n_items} items >= 10: ")
         assert line.endswith("the item table trained from the exact rows")
-    elif baskets == "true":
-        assert line.startswith(f"loss: ce (auto: {n_items} items < 50,000: next baskets: ")
+    elif "true" in args or "masked" in args:
+        assert line.startswith(f"loss: ce (auto: {n_items} items < 50,000: ")
     else:
         assert line.startswith(f"loss: ce (auto: {n_items} items < {SAMPLED_FROM_ITEMS:,}: ")
     checkpoint = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=True)

@@ -15,36 +15,48 @@ from seqenc.model.sampled import EXACT_SHARE, ITEM_GRADIENT, N_NEGATIVES
 # a saving that grows with the catalogue; below it no catalogue was measured and the exact term is
 # affordable (docs/scale.md; benchmarks/sampled_cost.py measures the step).
 SAMPLED_FROM_ITEMS = 10_000
-# Next baskets trained on every item of the basket (``basket_positives: all``): the exact term
-# computes its normaliser once per basket, the sampled one once per item, so below about this size
-# the sampled step is barely cheaper (benchmarks/sampled_cost.py) and its quality is unmeasured.
-SAMPLED_FROM_ITEMS_PER_BASKET = 50_000
+# Where the lower threshold was not measured, the rule of before: next baskets trained on every
+# item of the basket (``basket_positives: all``), whose exact normaliser is computed once per basket
+# and the sampled one once per item (so below about this size the sampled step is barely cheaper:
+# benchmarks/sampled_cost.py), and the masked (cloze) objective, whose sampled term is unmeasured.
+SAMPLED_FROM_ITEMS_UNMEASURED = 50_000
+# Why ``auto`` keeps the exact softmax below SAMPLED_FROM_ITEMS_UNMEASURED, by what is trained.
+UNMEASURED = {
+    "next_basket": "next baskets: the exact normaliser is computed once per basket, the sampled "
+    "one once per item, which saves little at this size",
+    "masked": "the masked objective: the sampled term is not measured on it at this size",
+}
 
 
-def resolve_loss(loss: str, n_real_items: int, per_basket: bool = False) -> tuple[str, str]:
-    """``(loss, why)``: ``"auto"`` resolved by the catalogue's size (:data:`SAMPLED_FROM_ITEMS`;
-    :data:`SAMPLED_FROM_ITEMS_PER_BASKET` when ``per_basket``: every item of the next basket a
-    target), any other name kept; ``why`` is the reason the fit prints (:func:`loss_line`)."""
+def what_trains(objective: str, baskets: bool, basket_positives: str) -> str:
+    """What the catalogue term trains, as ``auto`` sizes it: ``"next_basket"`` (every item of the
+    next basket, the resolved ``basket_positives`` ``"all"``), ``"masked"`` or ``"next_item"``."""
+    if baskets and basket_positives == "all":
+        return "next_basket"
+    return "masked" if objective == "masked" else "next_item"
+
+
+def resolve_loss(loss: str, n_real_items: int, trains: str = "next_item") -> tuple[str, str]:
+    """``(loss, why)``: ``"auto"`` resolved by the catalogue's size: from
+    :data:`SAMPLED_FROM_ITEMS` items for the next item (``trains``), from
+    :data:`SAMPLED_FROM_ITEMS_UNMEASURED` for the keys of :data:`UNMEASURED`; any other name
+    kept. ``why`` is the reason the fit prints (:func:`loss_line`)."""
     if loss != "auto":
         return loss, "set by model.loss"
-    threshold = SAMPLED_FROM_ITEMS_PER_BASKET if per_basket else SAMPLED_FROM_ITEMS
-    size = (
-        f"auto: {n_real_items:,} items {'>=' if n_real_items >= threshold else '<'} {threshold:,}"
-    )
-    if n_real_items >= threshold:
+    threshold = SAMPLED_FROM_ITEMS if trains == "next_item" else SAMPLED_FROM_ITEMS_UNMEASURED
+    sampled = n_real_items >= threshold
+    size = f"auto: {n_real_items:,} items {'>=' if sampled else '<'} {threshold:,}"
+    if sampled and trains == "next_item":
         why = (
-            "the exact softmax's step grows with the catalogue, the sampled term's does not"
-            if per_basket
-            else "from this size the sampled term ranks as the exact softmax does on the "
-            "catalogues measured, at a fraction of its step"
+            "from this size the sampled term ranks as the exact softmax does on the catalogues "
+            "measured, at a fraction of its step"
         )
+    elif sampled:
+        why = "the exact softmax's step grows with the catalogue, the sampled term's does not"
+    else:
+        why = UNMEASURED.get(trains, "the exact softmax, affordable at this size")
+    if sampled:
         return "sampled_softmax", f"{size}: {why}; set model.loss ce to force the exact one"
-    why = (
-        "next baskets: the exact normaliser is computed once per basket, the sampled one once "
-        "per item, which saves little at this size"
-        if per_basket
-        else "the exact softmax, affordable at this size"
-    )
     return "ce", f"{size}: {why}; set model.loss sampled_softmax to force the sampled one"
 
 

@@ -27,7 +27,7 @@ from seqenc.model.sampled import Proposal
 from seqenc.training.basket_plan import describe_baskets, resolve_positives
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
-from seqenc.training.loss_choice import loss_line, resolve_loss
+from seqenc.training.loss_choice import loss_line, resolve_loss, what_trains
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
@@ -142,8 +142,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         self.config = resolve_encoder(encoder, spec, self.objective)  # or a checkpoint's dict
         self.hparams.basket_positives = resolve_positives(basket_positives, self.config)
         self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
-        per_basket = bool(self.config.baskets) and self.hparams.basket_positives == "all"
-        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL, per_basket)
+        trains = what_trains(objective, self.config.baskets, self.hparams.basket_positives)
+        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL, trains)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         defaults = inspect.signature(SeqencModule.__init__).parameters
         check_options(options, self.config, {name: p.default for name, p in defaults.items()})
