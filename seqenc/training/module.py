@@ -59,8 +59,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             the saved hyper-parameters.
         loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (each row's
             window exact, the rest from shared candidates: :mod:`seqenc.model.sampled`), ``"bce"``,
-            ``"gbce"``; ``"auto"`` (the default) by the catalogue's size, printed at fit
-            (:func:`~seqenc.training.loss_choice.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
+            ``"gbce"``; ``"auto"`` (the default) by the catalogue's size and what the term trains,
+            printed at fit (:func:`~seqenc.training.loss_choice.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
         loss_options: keyword arguments of the loss, e.g. ``{"n_negatives": 4096}`` (see
             :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
