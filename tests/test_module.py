@@ -109,15 +109,15 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
     resolved; under the sampled term without exact rows (``exact_share: 0``) the item table gets a
     sparse gradient, which the module's clipping and optimiser take, and the step changes only the
     rows the batch read; with its default exact rows every real item's row gets a gradient (also
-    when only they train the table: ``item_gradient: exact_rows``)."""
-    import seqenc.training.run_options as run_options
+    when every row's normaliser trains the table: ``item_gradient: all_rows``)."""
+    import seqenc.training.loss_choice as loss_choice
 
     assert SeqencModule(SPEC, encoder=SMALL).loss == "ce"
-    monkeypatch.setattr(run_options, "SAMPLED_FROM_ITEMS", 10)
+    monkeypatch.setattr(loss_choice, "SAMPLED_FROM_ITEMS", 10)
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for repeat in (False, True):
-        for options in (None, {"item_gradient": "exact_rows"}):  # the table from exact rows alone
+        for options in (None, {"item_gradient": "all_rows"}):  # the table from every row
             encoder = replace(SMALL, repeat_head=repeat)
             default = SeqencModule(SPEC, encoder=encoder, loss_options=options)
             default.training_step(batch, 0).backward()

@@ -65,11 +65,26 @@ def test_the_table_trains_from_every_target_and_the_exact_rows_scaled(share):
     reference.backward()
     torch.testing.assert_close(grad_w.double(), w64.grad, rtol=1e-4, atol=1e-5)
     assert (grad_w[:N_SPECIAL] == 0).all()
-    # hidden's gradient is that of the default (the same draws), only the table's differs
-    _, default_h, default_w = run(case, 0, exact_share=share)
-    torch.testing.assert_close(grad_h, default_h, rtol=1e-5, atol=1e-6)
+    # hidden's gradient is that of every row's (the same draws), only the table's differs
+    _, all_h, all_w = run(case, 0, exact_share=share, item_gradient="all_rows")
+    torch.testing.assert_close(grad_h, all_h, rtol=1e-5, atol=1e-6)
     if share < 1.0:
-        assert not torch.allclose(grad_w, default_w, rtol=1e-3, atol=1e-4)
+        assert not torch.allclose(grad_w, all_w, rtol=1e-3, atol=1e-4)
+
+
+def test_the_default_trains_the_table_from_the_exact_rows_and_without_them_from_every_row():
+    """Unset, ``item_gradient`` is ``exact_rows`` (what ``loss: auto`` trains); with no exact rows
+    (``exact_share: 0``) there are none to train from, and every row's normaliser does."""
+    case = make_case(seed=2)
+    _, _, default_w = run(case, 0, exact_share=0.25)
+    _, _, exact_w = run(case, 0, exact_share=0.25, item_gradient="exact_rows")
+    _, _, all_w = run(case, 0, exact_share=0.25, item_gradient="all_rows")
+    torch.testing.assert_close(default_w, exact_w, rtol=0, atol=0)  # the same code path
+    assert not torch.allclose(default_w, all_w, rtol=1e-3, atol=1e-4)
+    _, _, sparse_w = run(case, 0, exact_share=0)
+    _, _, sparse_all_w = run(case, 0, exact_share=0, item_gradient="all_rows")
+    torch.testing.assert_close(sparse_w, sparse_all_w, rtol=0, atol=0)
+    assert (sparse_w[3:].abs().sum(1) > 0).sum() < 20  # the rows the step read, not the table
 
 
 def test_over_draws_the_table_gradient_is_the_exact_terms():

@@ -30,6 +30,7 @@ from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
 from seqenc.model.sampled import (
     EXACT_SHARE,
+    ITEM_GRADIENT,
     ITEM_GRADIENTS,
     N_NEGATIVES,
     Proposal,
@@ -229,7 +230,7 @@ def sampled_softmax(
     own_items: bool = True,
     groups: tuple[Tensor, Tensor] | None = None,
     exact_share: float | None = None,
-    item_gradient: str = "all_rows",
+    item_gradient: str = ITEM_GRADIENT,
 ) -> Tensor:
     """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`,
     :func:`partly_exact_log_softmax`); ``groups`` index the kept rows (those with a real target,
@@ -252,7 +253,7 @@ def partly_exact_log_softmax(
     exact_share: float | None = None,
     generator: torch.Generator | None = None,
     groups: tuple[Tensor, Tensor] | None = None,
-    item_gradient: str = "all_rows",
+    item_gradient: str = ITEM_GRADIENT,
     **options: object,
 ) -> Tensor:
     """``[N]``: the sampled estimate of each row's log-softmax at its target
@@ -265,8 +266,9 @@ def partly_exact_log_softmax(
     ``item_gradient`` (:data:`~seqenc.model.sampled.ITEM_GRADIENTS`): the rows whose normalisers
     train the item table. ``"all_rows"``: every row's, a sampled row's through candidates weighted
     by ``1 / E[count]`` (a rare item drawn now and then gets a large gradient, which inflates
-    Adam's second moment for its row and shrinks its steps). ``"exact_rows"``: the exact rows'
-    alone, times rows / exact rows, an unbiased estimate of the exact term's. Either way the
+    Adam's second moment for its row and shrinks its steps). ``"exact_rows"`` (the default,
+    :data:`~seqenc.model.sampled.ITEM_GRADIENT`): the exact rows' alone, times rows / exact rows,
+    an unbiased estimate of the exact term's; without exact rows every row's. Either way the
     targets' scores train it from every row and ``hidden``'s gradient is the same."""
     if item_gradient not in ITEM_GRADIENTS:
         raise SeqencError(f"item_gradient={item_gradient!r} is not one of {ITEM_GRADIENTS}")
@@ -301,11 +303,8 @@ def target_log_softmax(
         exact = (hidden * weight[targets]).sum(-1).float()
         return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
-        accepted = set(inspect.signature(sampled_softmax).parameters) - {
-            "hidden",
-            "weight",
-            "targets",
-        }
+        accepted = set(inspect.signature(sampled_softmax).parameters)
+        accepted -= {"hidden", "weight", "targets"}
         if set(opts) - accepted:
             raise SeqencError(
                 f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "

@@ -27,12 +27,12 @@ from seqenc.model.sampled import Proposal
 from seqenc.training.basket_plan import describe_baskets, resolve_positives
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
+from seqenc.training.loss_choice import loss_line, resolve_loss, what_trains
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
     check_options,
     resolve_encoder,
-    resolve_loss,
     shape_mismatch,
 )
 from seqenc.training.self_supervised import SelfSupervised, resolve_value_weight
@@ -59,8 +59,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             the saved hyper-parameters.
         loss: the catalogue term: ``"ce"`` (full softmax), ``"sampled_softmax"`` (each row's
             window exact, the rest from shared candidates: :mod:`seqenc.model.sampled`), ``"bce"``,
-            ``"gbce"``; ``"auto"`` (the default) by the catalogue's size, printed at fit
-            (:func:`~seqenc.training.run_options.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
+            ``"gbce"``; ``"auto"`` (the default) by the catalogue's size and what the term trains,
+            printed at fit (:func:`~seqenc.training.loss_choice.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
         loss_options: keyword arguments of the loss, e.g. ``{"n_negatives": 4096}`` (see
             :mod:`seqenc.model.losses`).
         mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
@@ -142,7 +142,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         self.config = resolve_encoder(encoder, spec, self.objective)  # or a checkpoint's dict
         self.hparams.basket_positives = resolve_positives(basket_positives, self.config)
         self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
-        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL)
+        trains = what_trains(objective, self.config.baskets, self.hparams.basket_positives)
+        self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL, trains)
         options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
         defaults = inspect.signature(SeqencModule.__init__).parameters
         check_options(options, self.config, {name: p.default for name, p in defaults.items()})
@@ -372,7 +373,8 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
                 group["weight_decay"] = decay
 
     def on_fit_start(self) -> None:
-        rank_zero_info(f"loss: {self.loss} ({self.loss_reason})")
+        hp, n_real_items = self.hparams, self.config.n_items - N_SPECIAL
+        rank_zero_info(loss_line(self.loss, self.loss_reason, hp.loss_options, n_real_items))
         if line := describe_baskets(self.hparams.basket_positives, self.config):
             rank_zero_info(line)
         if self.value_head is not None:

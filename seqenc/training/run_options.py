@@ -20,12 +20,6 @@ from seqenc.training.basket_plan import check_basket_options
 from seqenc.training.label_plan import check_label_options
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
-# From this many real items on, ``loss: auto`` trains with the sampled term (its defaults: each
-# row's window exact, N_NEGATIVES shared candidates, EXACT_SHARE of the rows exact). Below it the
-# exact softmax still ranks a few per cent better on real catalogues of that size (Ta-Feng's
-# products) and a run stays affordable; above it the exact term's cost grows with every item until it
-# is the whole step (measured by benchmarks/sampled_cost.py).
-SAMPLED_FROM_ITEMS = 50_000
 # Options that set which weights the model has and their shapes: a resumed run keeps them.
 SHAPE_OPTIONS = (
     "d_model",
@@ -223,24 +217,6 @@ def _entity_options(
         )
     time_values = whole if encoder.time_values is None else encoder.time_values
     return {"item_values": item_values, "group_times": group_times, "time_values": time_values}
-
-
-def resolve_loss(loss: str, n_real_items: int) -> tuple[str, str]:
-    """``(loss, why)``: ``"auto"`` resolved by the catalogue's size (:data:`SAMPLED_FROM_ITEMS`),
-    any other name kept; ``why`` is the line the fit prints."""
-    if loss != "auto":
-        return loss, "set by model.loss"
-    if n_real_items >= SAMPLED_FROM_ITEMS:
-        return "sampled_softmax", (
-            f"auto: {n_real_items:,} items >= {SAMPLED_FROM_ITEMS:,}: the exact softmax's step "
-            "grows with the catalogue, the sampled term's does not; set model.loss ce to force "
-            "the exact one"
-        )
-    return "ce", (
-        f"auto: {n_real_items:,} items < {SAMPLED_FROM_ITEMS:,}: the exact softmax still ranks "
-        "a little better at this size and is affordable; set model.loss sampled_softmax to force "
-        "the sampled one"
-    )
 
 
 def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
