@@ -52,10 +52,11 @@ def value_stat_columns(layout: dict[str, Any]) -> np.ndarray:
     return np.array([bool(stats) and name.startswith(tuple(stats)) for name in layout["names"]])
 
 
-def _held_out_loss(head: SupervisedHead, z: torch.Tensor, y: torch.Tensor, penalty: float) -> float:
-    """The mean held-out loss of :data:`FOLDS` folds (a fixed draw) of the penalised model;
-    ``inf`` when no fold can be held out (fewer rows than folds)."""
-    folds = np.random.default_rng(0).permutation(len(y)) % FOLDS
+def _held_out_loss(
+    head: SupervisedHead, z: torch.Tensor, y: torch.Tensor, folds: np.ndarray, penalty: float
+) -> float:
+    """The mean held-out loss over ``folds`` (each row's fold) of the penalised model; ``inf``
+    when no fold can be held out (fewer rows than folds)."""
     losses = []
     for fold in range(FOLDS):
         train, held = folds != fold, folds == fold
@@ -79,9 +80,10 @@ def fit_wide_start(head: SupervisedHead, wide: np.ndarray, targets: np.ndarray) 
     y = torch.from_numpy(targets).to(z.device)
     stats = torch.from_numpy(value_stat_columns(head.aggregates)).to(z.device)
     subsets = [torch.ones_like(stats)] + ([~stats] if stats.any() else [])
+    folds = np.random.default_rng(0).permutation(len(y)) % FOLDS  # one draw for every candidate
     with torch.enable_grad():
         losses = {
-            (s, p): _held_out_loss(head, z[:, subset], y, p)
+            (s, p): _held_out_loss(head, z[:, subset], y, folds, p)
             for s, subset in enumerate(subsets)
             for p in PENALTIES
         }
