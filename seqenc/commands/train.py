@@ -48,6 +48,7 @@ from seqenc.training.basket_plan import resolve_stopping, set_basket_schedule
 from seqenc.training.callbacks import PATIENCE, Baselines, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
+from seqenc.training.loss_choice import resume_loss
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
 from seqenc.training.saving import AtomicCheckpoint
@@ -111,6 +112,7 @@ class SeqencCLI(LightningCLI):
     def __init__(self, *args, release: Callable[[], None] = lambda: None, **kwargs) -> None:
         self._release = release  # prints what was held back (cli_support.held_output)
         self._init_line = ""  # what a start from a bundle changed (before_instantiate_classes)
+        self._resume_line = ""  # what a resumed fit's loss changes (_parse_ckpt_path)
         super().__init__(*args, **kwargs)
 
     def parse_arguments(self, parser, args) -> None:
@@ -121,8 +123,8 @@ class SeqencCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """With ``--ckpt_path``: the checkpoint's model options, except those given on the command
         line or in a config file (:func:`~seqenc.training.run_options.resume_options`: a changed learning rate or
-        dropout applies, a changed ``d_model`` is refused). Lightning's own lets the checkpoint's
-        override every given option, silently."""
+        dropout applies, a changed ``d_model`` is refused, the loss goes on, a fit says what
+        changes in it). Lightning's own lets the checkpoint's override every given one, silently."""
         subcommand = self.config.get("subcommand")
         path = subcommand and self.config[subcommand].get("ckpt_path")
         if not path:
@@ -133,7 +135,8 @@ class SeqencCLI(LightningCLI):
         saved = {k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k[0] != "_"}
         explicit = self.parser.parse_args(self._args, defaults=False, _skip_validation=True)
         given = explicit[subcommand].get("model")
-        model = resume_options(given.as_dict() if given else {}, saved)
+        model = resume_options(given := given.as_dict() if given else {}, saved)
+        self._resume_line = resume_loss(given, saved)[1] if subcommand == "fit" else ""
         self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
 
     def before_instantiate_classes(self) -> None:
@@ -180,7 +183,7 @@ class SeqencCLI(LightningCLI):
             lines = set_basket_schedule(self.trainer, self.datamodule, steps, stopping)
         else:
             lines = resolve_stopping(stopping, "the event before the newest", picks=False)
-        lines = [line for line in (self._init_line, *lines) if line]
+        lines = [line for line in (self._init_line, self._resume_line, *lines) if line]
         if lines and self.trainer.is_global_zero:
             print("\n".join(lines))
 

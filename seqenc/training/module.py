@@ -27,7 +27,7 @@ from seqenc.model.sampled import Proposal
 from seqenc.training.basket_plan import describe_baskets, resolve_positives
 from seqenc.training.label_head import LabelHead
 from seqenc.training.label_plan import ClassWeights
-from seqenc.training.loss_choice import loss_line, resolve_loss, what_trains
+from seqenc.training.loss_choice import loss_line, recorded_options, resolve_loss, what_trains
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
 from seqenc.training.run_options import (
     REPEAT_SHARE,
@@ -149,9 +149,9 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         check_options(options, self.config, {name: p.default for name, p in defaults.items()})
         self.filter_seen = spec.repeat_share < REPEAT_SHARE if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
-        self.hparams.update(
-            encoder=asdict(self.config), filter_seen=self.filter_seen, loss=self.loss
-        )
+        options = recorded_options(self.loss, loss_options)  # with the defaults: resume keeps them
+        self.hparams.update(encoder=asdict(self.config), filter_seen=self.filter_seen)
+        self.hparams.update(loss=self.loss, loss_options=options)
         self.encoder = SequenceEncoder(self.config)
         self.proposal: Proposal | None = None  # the sampled term's negatives, at fit start
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse

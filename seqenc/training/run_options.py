@@ -18,6 +18,7 @@ from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import ITEM_GRADIENTS, SAMPLERS
 from seqenc.training.basket_plan import check_basket_options
 from seqenc.training.label_plan import check_label_options
+from seqenc.training.loss_choice import resume_loss
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
 # Options that set which weights the model has and their shapes: a resumed run keeps them.
@@ -63,8 +64,10 @@ def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, An
     ``given`` (command line or config file) win, except that a shape option
     (:data:`SHAPE_OPTIONS`) cannot change its weights. The encoder's fields the data decides
     (:data:`FROM_DATA`) are left to the data: the built model is checked against the weights
-    (:meth:`SeqencModule.on_load_checkpoint`). A checkpoint of an older version holds the encoder's
-    options beside the others (no ``encoder`` section), ``None`` for the automatic ones."""
+    (:meth:`SeqencModule.on_load_checkpoint`). The catalogue term goes on as the checkpoint trained
+    it (:func:`~seqenc.training.loss_choice.resume_loss`). A checkpoint of an older version holds
+    the encoder's options beside the others (no ``encoder`` section), ``None`` for the automatic
+    ones."""
     flat = {k: v for k, v in saved.items() if k in ENCODER_FIELDS}
     saved = {k: v for k, v in saved.items() if k not in ENCODER_FIELDS}
     saved_encoder = {
@@ -86,7 +89,7 @@ def resume_options(given: dict[str, Any], saved: dict[str, Any]) -> dict[str, An
                 f"trained with {old} (it sets the weights' shapes); drop the option, or train a "
                 "new model"
             )
-    return saved | given | {"encoder": saved_encoder | new_encoder}
+    return saved | given | {"encoder": saved_encoder | new_encoder} | resume_loss(given, saved)[0]
 
 
 def shape_mismatch(saved: dict[str, Any], config: EncoderConfig, spec: DataSpec) -> str:
