@@ -11,7 +11,7 @@ from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies, Vocabulary
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
-from seqenc.model.contrastive import info_nce, slice_views
+from seqenc.model.contrastive import embed_by_length, info_nce, slice_views
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import compute_loss
 from seqenc.training.module import SeqencModule
@@ -161,3 +161,17 @@ def test_weights_are_checked():
         _module(next_item_weight=0.0)
     with pytest.raises(SeqencError, match="contrastive_temperature"):
         _module(contrastive_weight=1.0, contrastive_temperature=0.0)
+
+
+@pytest.mark.parametrize("objective", ["causal", "masked"])
+def test_views_embedded_by_length_are_embedded_alone(objective):
+    """Sub-batches of similar lengths, each cut to its longest row, give each view the embedding
+    the whole padded batch gives it (no dropout), whatever the number of groups."""
+    encoder = EncoderConfig(d_model=8, n_heads=2, dropout=0.0, pooling="mean")
+    module = _module(objective=objective, encoder=encoder).eval()
+    views = slice_views(_batch([12, 9, 5, 7, 1, 0, 3], 13), 0.5, torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        whole = module.encoder.entity_embedding(views)
+        for groups in (1, 2, 3, 14, 40):
+            grouped = embed_by_length(module.encoder.entity_embedding, views, groups)
+            assert torch.allclose(grouped, whole, atol=1e-6)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from seqenc.model.baskets import next_basket_pairs
 from seqenc.model.batch import N_SPECIAL, Batch
-from seqenc.model.losses import chunked_logsumexp, compute_loss, target_log_softmax
+from seqenc.model.losses import compute_loss, exact_logsumexp, target_log_softmax
 from seqenc.model.repeat import RepeatHead
 
 
@@ -28,7 +28,20 @@ def _catalogue(
         return target_log_softmax(hidden[slot], weight, targets, loss, **options)
     baskets, inverse = torch.unique(slot, return_inverse=True)
     exact = (hidden[slot] * weight[targets]).sum(-1).float()
-    return exact - chunked_logsumexp(hidden[baskets], weight[N_SPECIAL:])[inverse]
+    return exact - exact_logsumexp(hidden[baskets], weight[N_SPECIAL:])[inverse]
+
+
+def _basket_queries(rows: Tensor, at: Tensor, n_rows: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(queries, row, column)``: the distinct baskets read, ``(rows, at)``, as ``[n_rows, Q]``
+    query positions (Q: the most of one row; spare cells read position 0), and each pair's cell:
+    the copy attention runs at the baskets read, not at every line."""
+    width = int(at.max()) + 1
+    starts, pair = torch.unique(rows * width + at, return_inverse=True)
+    row, position = starts // width, starts % width
+    column = torch.arange(len(starts), device=at.device) - torch.searchsorted(row, row)
+    queries = torch.zeros(n_rows, int(column.max()) + 1, dtype=torch.long, device=at.device)
+    queries[row, column] = position
+    return queries, row[pair], column[pair]
 
 
 def basket_nll(
@@ -51,7 +64,8 @@ def basket_nll(
     log_catalogue = _catalogue(hidden.flatten(0, 1), slot, weight, targets, loss, **options)
     if repeat is None:
         return -log_catalogue.mean()
-    copy = repeat.attention(hidden, batch)[rows, at]  # [P, L]
+    queries, row, column = _basket_queries(rows, at, len(batch))
+    copy = repeat.attention(hidden, batch, queries)[row, column]  # [P, L]
     copied = (copy * (batch.items[rows] == targets[:, None])).sum(-1)
     log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, float("-inf"))
     log_g, log_not_g = repeat.log_gates(hidden)

@@ -13,11 +13,19 @@ SimCLR) on their cosine similarity. Slices are drawn with tensors over the whole
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seqenc.model.batch import Batch
+
+# Sub-batches of similar slice lengths the views are embedded in: a slice's length is drawn over
+# [min_share n, n], so one batch padded to the longest slice is largely padding.
+LENGTH_GROUPS = 2
+SLICED = ("items", "dt_prev", "dt_ref", "categorical", "numeric")  # the views' [2B, L, ...] inputs
 
 
 def slice_views(batch: Batch, min_share: float, generator: torch.Generator | None = None) -> Batch:
@@ -59,6 +67,32 @@ def slice_views(batch: Batch, min_share: float, generator: torch.Generator | Non
         numeric=take(batch.numeric),
         index=batch.index.repeat(2),
         dt_query=torch.zeros(2 * b, dtype=batch.dt_prev.dtype, device=device),
+    )
+
+
+def embed_by_length(
+    embed: Callable[[Batch], Tensor], views: Batch, groups: int | None = None
+) -> Tensor:
+    """``embed(views)``, row by row, computed on ``groups`` (:data:`LENGTH_GROUPS`) sub-batches of
+    rows of similar length, each cut to its longest row: less padding, the same embeddings (a
+    row's embedding reads its own real events only: attention masks padding out and the readout
+    pools real positions; dropout draws differ)."""
+    if not len(views):
+        return embed(views)
+    order = torch.argsort(views.lengths)
+    parts = order.tensor_split(min(groups or LENGTH_GROUPS, len(order)))
+    return torch.cat([embed(_rows(views, rows)) for rows in parts])[torch.argsort(order)]
+
+
+def _rows(views: Batch, rows: Tensor) -> Batch:
+    """The ``rows`` of ``views`` (a :func:`slice_views` batch), cut to their longest history."""
+    width = max(int(views.lengths[rows].max()), 1)
+    return replace(
+        views,
+        **{name: getattr(views, name)[rows, :width] for name in SLICED},
+        dt_query=views.dt_query[rows],
+        index=views.index[rows],
+        lengths=views.lengths[rows],
     )
 
 

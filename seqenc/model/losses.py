@@ -43,6 +43,10 @@ from seqenc.model.sampled import (
 # of a 3,700-item catalogue); on a GPU bigger chunks mean fewer, fuller kernels (128 MB).
 CHUNK_ELEMENTS = {"cpu": 2**20, "cuda": 2**25}
 MIN_CHUNK_ROWS = 64
+# Up to this many logits (rows x items, float32) the exact normaliser keeps its exponentials for
+# the backward matmuls (shared_logsumexp: no second matmul and exp); above, no logit matrix is
+# kept and each chunk's logits are recomputed in the backward pass.
+KEPT_ELEMENTS = 2**25
 MATMUL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -181,7 +185,8 @@ def full_softmax_ce(
 class _ChunkedLogSumExp(torch.autograd.Function):
     """Row-wise ``logsumexp(hidden @ weight.T)`` in chunks of rows; the backward pass recomputes each
     chunk's logits, so no ``[N, n_items]`` matrix is kept. For losses whose gradient per row is not
-    known in the forward pass (the repeat head's mixture), unlike :class:`_FusedLinearCE`."""
+    known in the forward pass (the repeat head's mixture), unlike :class:`_FusedLinearCE`, where
+    the logits are too many to keep (:data:`KEPT_ELEMENTS`)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, chunk_size):
@@ -209,8 +214,12 @@ class _ChunkedLogSumExp(torch.autograd.Function):
         return grad_h.to(hidden.dtype), grad_w.to(weight.dtype), None
 
 
-def chunked_logsumexp(hidden: Tensor, weight: Tensor) -> Tensor:
-    """``[N]`` float32 ``logsumexp(hidden @ weight.T, dim=1)`` without the logit matrix."""
+def exact_logsumexp(hidden: Tensor, weight: Tensor) -> Tensor:
+    """``[N]`` float32 ``logsumexp(hidden @ weight.T, dim=1)``: up to :data:`KEPT_ELEMENTS` logits
+    with their exponentials kept for the backward pass (:func:`shared_logsumexp`), above without
+    the logit matrix (:class:`_ChunkedLogSumExp`)."""
+    if 0 < hidden.shape[0] * weight.shape[0] <= KEPT_ELEMENTS:
+        return shared_logsumexp(hidden, weight)
     chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS.get(hidden.device.type, 2**22) // weight.shape[0])
     return _ChunkedLogSumExp.apply(hidden, weight, chunk)
 
@@ -301,7 +310,7 @@ def target_log_softmax(
     for ``"sampled_softmax"``. The repeat head's mixture reads its catalogue term from here."""
     if loss == "ce":
         exact = (hidden * weight[targets]).sum(-1).float()
-        return exact - chunked_logsumexp(hidden, weight[N_SPECIAL:])
+        return exact - exact_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
         accepted = set(inspect.signature(sampled_softmax).parameters)
         accepted -= {"hidden", "weight", "targets"}

@@ -172,20 +172,26 @@ def hits(candidates: Tensor, group: Tensor, items: Tensor) -> tuple[Tensor, Tens
 class _SharedLogSumExp(torch.autograd.Function):
     """Each row's ``logsumexp`` of ``hidden @ vectors.T - log_count`` with the pairs ``(rows,
     cols)`` left out: three passes over the ``[N, K]`` logits (the matmul, the logQ shift, ``exp``
-    in place and its row sums), whose exponentials are kept for the two matmuls of the backward
-    pass. ``-inf`` (gradient 0) for a row whose every candidate is left out."""
+    in place and its row sums; no shift for ``log_count`` ``None``), whose exponentials are kept
+    for the two matmuls of the backward pass. ``-inf`` (gradient 0) for a row whose every
+    candidate is left out."""
 
     @staticmethod
     def forward(ctx, hidden, vectors, log_count, rows, cols):
         with torch.autocast(hidden.device.type, enabled=False):
             h, v = hidden.float(), vectors.float()
-            logits = (h @ v.T).sub_(log_count)
-            logits.index_put_((rows, cols), torch.tensor(float("-inf"), device=h.device))
+            logits = h @ v.T
+            if log_count is not None:
+                logits.sub_(log_count)
+            if len(rows):
+                logits.index_put_((rows, cols), torch.tensor(float("-inf"), device=h.device))
             # |logit| <= |h| |v| + |log_count|: below 80 - ln(K), exp neither overflows nor
             # underflows in float32 and no max is subtracted (as in the exact term)
             bound = vector_norm(h, dim=1).max() * vector_norm(v, dim=1).max()
+            if log_count is not None and len(log_count):
+                bound = bound + log_count.abs().max()
             shift = torch.zeros(len(h), 1, device=h.device)
-            if bool(bound + log_count.abs().max() > 80.0 - math.log(max(len(v), 1))):
+            if bool(bound > 80.0 - math.log(max(len(v), 1))):
                 shift = logits.amax(1, keepdim=True).nan_to_num(0.0, 0.0, 0.0)
                 logits.sub_(shift)
             exp = logits.exp_()
@@ -233,8 +239,6 @@ def shared_logsumexp(
 ) -> Tensor:
     """``[N]`` float32 ``logsumexp(hidden @ vectors.T - log_count, dim=1)`` with the ``left_out``
     ``(rows, cols)`` pairs excluded, at three passes over the logits (:class:`_SharedLogSumExp`)."""
-    if log_count is None:
-        log_count = torch.zeros(len(vectors), device=vectors.device)
     if left_out is None:
         left_out = (torch.zeros(0, dtype=torch.long, device=hidden.device),) * 2
     return _SharedLogSumExp.apply(hidden, vectors, log_count, *left_out)

@@ -9,7 +9,7 @@ import torch
 from seqenc.errors import SeqencError
 from seqenc.model.basket_loss import basket_nll
 from seqenc.model.batch import N_SPECIAL, Batch
-from seqenc.model.contrastive import info_nce, slice_views
+from seqenc.model.contrastive import embed_by_length, info_nce, slice_views
 from seqenc.model.embeddings import signed_log
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.losses import compute_loss
@@ -74,7 +74,7 @@ class SelfSupervised:
     def contrastive_loss(self, batch: Batch) -> torch.Tensor:
         """InfoNCE over two random slices of each history (:mod:`seqenc.model.contrastive`)."""
         views = slice_views(batch, self.hparams.contrastive_min_share)
-        embeddings = self.encoder.entity_embedding(views)
+        embeddings = embed_by_length(self.encoder.entity_embedding, views)
         return info_nce(embeddings, self.hparams.contrastive_temperature)
 
     def masked_value_loss(self, batch: Batch) -> torch.Tensor:
