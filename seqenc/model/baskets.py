@@ -21,15 +21,18 @@ from torch import Tensor
 from seqenc.model.batch import N_SPECIAL, PAD, Batch
 
 
-def _relations(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
-    """``(earlier, later, same)`` ``[B, L, L]`` bool: key k is a real event at a strictly earlier
-    time, a strictly later time, or the same time as query position i (a real one, for ``same``)."""
+def _relation(batch: Batch, kind: str) -> Tensor:
+    """``[B, L, L]`` bool: key k is a real event at a strictly ``"earlier"`` time, a strictly
+    ``"later"`` time, or the ``"same"`` time as query position i (a real one, for ``"same"``); one
+    relation at a time, as each caller reads one or two."""
     real = batch.padding_mask
     ref = batch.dt_ref  # seconds before the reference time: larger is older
-    earlier = (ref[:, None, :] > ref[:, :, None]) & real[:, None, :]
-    later = (ref[:, None, :] < ref[:, :, None]) & real[:, None, :]
-    same = (ref[:, None, :] == ref[:, :, None]) & real[:, None, :] & real[:, :, None]
-    return earlier, later, same
+    keys, queries = ref[:, None, :], ref[:, :, None]
+    if kind == "earlier":
+        return (keys > queries) & real[:, None, :]
+    if kind == "later":
+        return (keys < queries) & real[:, None, :]
+    return (keys == queries) & real[:, None, :] & real[:, :, None]
 
 
 def _next_ref(batch: Batch, later: Tensor) -> Tensor:
@@ -41,7 +44,7 @@ def _next_ref(batch: Batch, later: Tensor) -> Tensor:
 def basket_mask(batch: Batch) -> Tensor:
     """``[B, 1, L, L]`` bool, True where query i may attend to key k: an earlier position at a
     strictly earlier time, or itself (so a padding row keeps one key and no softmax is empty)."""
-    earlier, _, _ = _relations(batch)
+    earlier = _relation(batch, "earlier")
     width = batch.items.shape[1]
     positions = torch.arange(width, device=batch.items.device)
     itself = positions[None, :] == positions[:, None]
@@ -52,7 +55,7 @@ def basket_mask(batch: Batch) -> Tensor:
 def basket_positions(batch: Batch) -> Tensor:
     """``[B, L]`` int64 position of each line: the number of real events at earlier times in the
     window (the basket's start); padding keeps its own index."""
-    earlier, _, _ = _relations(batch)
+    earlier = _relation(batch, "earlier")
     positions = torch.arange(batch.items.shape[1], device=batch.items.device)
     return torch.where(batch.padding_mask, earlier.sum(-1), positions[None, :])
 
@@ -61,7 +64,7 @@ def basket_inputs(batch: Batch) -> Batch:
     """``batch`` with the basket's time inputs: ``dt_prev`` of every line is its basket's gap from
     the previous event (carried by the basket's first line), and :attr:`Batch.query_gaps` the gap
     to the next basket in the window, or the query gap for the newest basket."""
-    _, later, same = _relations(batch)
+    later, same = _relation(batch, "later"), _relation(batch, "same")
     dt_prev = (batch.dt_prev[:, None, :] * same).amax(-1)
     ref = batch.dt_ref
     gaps = torch.where(
@@ -77,7 +80,7 @@ def basket_inputs(batch: Batch) -> Batch:
 
 def basket_pool(hidden: Tensor, batch: Batch) -> Tensor:
     """``[B, L, d]``: each real position's state replaced by the mean over its basket's lines."""
-    _, _, same = _relations(batch)
+    same = _relation(batch, "same")
     weights = same.to(hidden.dtype)
     pooled = weights @ hidden / weights.sum(-1, keepdim=True).clamp(min=1.0)
     return torch.where(batch.padding_mask[..., None], pooled, hidden)
@@ -86,7 +89,7 @@ def basket_pool(hidden: Tensor, batch: Batch) -> Tensor:
 def next_basket_labels(batch: Batch, generator: torch.Generator | None = None) -> Tensor:
     """``[B, L]`` int64: for each line, an item of the next basket in the window drawn uniformly
     (PAD for the newest basket and padding, which then train nothing)."""
-    _, later, _ = _relations(batch)
+    later = _relation(batch, "later")
     ref = batch.dt_ref
     nxt = later & (ref[:, None, :] == _next_ref(batch, later)[:, :, None])
     draw = torch.rand(nxt.shape, device=ref.device, generator=generator).masked_fill(~nxt, -1.0)
@@ -98,7 +101,7 @@ def next_basket_pairs(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
     """``(rows, positions, items)``, each ``[P]``: every pair of a basket and a distinct real item
     of the next basket in the window, the basket read at its first line (every line of a basket
     holds its pooled state). The multi-positive loss of the basket rule trains on these pairs."""
-    _, later, same = _relations(batch)
+    later, same = _relation(batch, "later"), _relation(batch, "same")
     width = batch.items.shape[1]
     positions = torch.arange(width, device=batch.items.device)
     before = positions[None, :] < positions[:, None]  # key k sorts before query i
