@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-import seqenc.model.losses as losses
+import seqenc.model.normaliser as normaliser
 from seqenc.model.batch import Batch
-from seqenc.model.losses import exact_logsumexp
+from seqenc.model.normaliser import exact_logsumexp
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.repeat import RepeatHead, mixture_nll, newest_copy, step_bucket
 
@@ -84,10 +84,10 @@ def test_scores_are_the_mixture_at_the_newest_position():
     assert torch.allclose(scores.exp()[:, 3:].sum(1), torch.ones(2), atol=1e-5)
 
 
-@pytest.mark.parametrize("kept", [losses.KEPT_ELEMENTS, 0])  # exponentials kept, or chunks
+@pytest.mark.parametrize("kept", [normaliser.KEPT_ELEMENTS, 0])  # exponentials kept, or chunks
 @pytest.mark.parametrize("scale", [1.0, 10.0])  # logits up to about 100: the max subtracted
 def test_exact_logsumexp_values_and_gradients(monkeypatch, kept, scale):
-    monkeypatch.setattr(losses, "KEPT_ELEMENTS", kept)
+    monkeypatch.setattr(normaliser, "KEPT_ELEMENTS", kept)
     torch.manual_seed(2)
     h = (scale * torch.randn(300, 16, dtype=torch.float64)).requires_grad_()
     w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)

@@ -15,7 +15,8 @@ from torch import Tensor
 
 from seqenc.model.baskets import next_basket_pairs
 from seqenc.model.batch import N_SPECIAL, Batch
-from seqenc.model.losses import compute_loss, exact_logsumexp, target_log_softmax
+from seqenc.model.losses import compute_loss, target_log_softmax
+from seqenc.model.normaliser import exact_logsumexp
 from seqenc.model.repeat import RepeatHead
 
 

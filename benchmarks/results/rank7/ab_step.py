@@ -27,9 +27,9 @@ import bench_train  # noqa: E402
 import seqenc.model.basket_loss as basket_loss  # noqa: E402
 import seqenc.model.baskets as baskets  # noqa: E402
 import seqenc.model.contrastive as contrastive  # noqa: E402
-import seqenc.model.losses as losses  # noqa: E402
+import seqenc.model.normaliser as normaliser  # noqa: E402
 
-KEPT = losses.KEPT_ELEMENTS
+KEPT = normaliser.KEPT_ELEMENTS
 BASKETS = basket_loss._basket_queries
 ONE = baskets._relation
 
@@ -74,7 +74,7 @@ def main() -> None:
         base = reference.events / reference.time()[1]
         rates["sasrec_ml1m"].append(base)
         for name, (kept, groups, queries, relation) in VARIANTS.items():
-            losses.KEPT_ELEMENTS, contrastive.LENGTH_GROUPS = kept, groups
+            normaliser.KEPT_ELEMENTS, contrastive.LENGTH_GROUPS = kept, groups
             basket_loss._basket_queries, baskets._relation = queries, relation
             rate = tafeng.events / tafeng.time()[1]
             rates[name].append(rate)
