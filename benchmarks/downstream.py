@@ -70,6 +70,7 @@ from seqenc.evaluate import (
     probe,
     probe_fold,
 )
+from seqenc.inference import Encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"
@@ -382,11 +383,21 @@ def finetune_fold(
         run.config, run.seed, run.events, run.work, [*run.extra, *extra], layers=layers
     )
     held = rows.iloc[test][on].reset_index(drop=True)
-    keys, output = predict_at(load_encoder(tuned, "cpu"), events, held)
-    order = held.reset_index().merge(keys.reset_index(), on=on)  # prediction of each row
-    output = _in_classes(output[order["index_y"]], tuned, classes, kind)
-    print(f"  {task}/fine-tuned fold {k}: {len(order)} rows, trained in {wall:.0f} s", flush=True)
-    return prediction_scores(kind, y[test][order["index_x"]], output)
+    rows_at, output = held_predictions(tuned, events, held)
+    output = _in_classes(output, tuned, classes, kind)
+    print(f"  {task}/fine-tuned fold {k}: {len(rows_at)} rows, trained in {wall:.0f} s", flush=True)
+    return prediction_scores(kind, y[test][rows_at], output)
+
+
+def held_predictions(
+    bundle: Path, events: pd.DataFrame, held: pd.DataFrame, encoder: Encoder | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows of held, outputs)``: the bundle's prediction of each row of ``held`` (its key
+    columns, at its ``as_of``) that it predicts, and which row each is; ``encoder``: the bundle
+    already loaded (and changed)."""
+    keys, output = predict_at(encoder or load_encoder(bundle, "cpu"), events, held)
+    order = held.reset_index().merge(keys.reset_index(), on=list(held.columns))
+    return order["index_x"].to_numpy(), np.asarray(output)[order["index_y"].to_numpy()]
 
 
 def _in_classes(output: np.ndarray, bundle: Path, classes: list, kind: str) -> np.ndarray:

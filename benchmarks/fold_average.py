@@ -21,12 +21,13 @@ import pandas as pd
 from downstream import (  # benchmarks/downstream.py, beside this script
     DATASETS,
     ROOT,
+    held_predictions,
     prepare,
     task_rows,
 )
 
 from seqenc import load_encoder
-from seqenc.evaluate import aggregate_features, cv_folds, predict_at
+from seqenc.evaluate import aggregate_features, cv_folds
 from seqenc.scores import class_scores
 
 
@@ -41,10 +42,9 @@ def fold_probabilities(
             raise SystemExit(f"{bundle}: --wide-only needs a fused head (model.fusion aggregates)")
         for weights in (encoder.model.head.linear.weight, encoder.model.head.linear.bias):
             weights.data.zero_()
-    keys, output = predict_at(encoder, events, held)
-    order = held.reset_index().merge(keys.reset_index(), on=list(held.columns))
+    rows_at, output = held_predictions(bundle, events, held, encoder)
     probabilities = np.empty(len(held))
-    probabilities[order["index_x"].to_numpy()] = np.asarray(output)[order["index_y"], -1]
+    probabilities[rows_at] = output[:, -1]
     return probabilities
 
 

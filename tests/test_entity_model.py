@@ -12,6 +12,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.batch import drop_events
 from seqenc.model.cache import check_incremental
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.item_readout import ItemSummaries
 from seqenc.model.objectives import Masked
 from seqenc.model.readout import attention_pool
 from tests.test_encoder import HISTORIES, N_ITEMS, make_batch
@@ -182,9 +183,55 @@ def test_event_dropout_only_in_training() -> None:
 
 
 def test_incremental_encoding_refuses_attention_pooling() -> None:
-    model = entity_model(causal=True)
-    with pytest.raises(SeqencError, match="attention pooling"):
-        check_incremental(model)
+    for pooling in ("attention", "items"):
+        with pytest.raises(SeqencError, match=f"{pooling} pooling"):
+            check_incremental(entity_model(causal=True, pooling=pooling))
+
+
+def naive_item_summaries(
+    m: ItemSummaries, hidden: torch.Tensor, lengths: list[int], scores, items
+) -> torch.Tensor:
+    """Row by row and slot by slot: the softmax-weighted states of each slot's real events."""
+    rows = []
+    for b, n in enumerate(lengths):
+        reads = []
+        for k in range(m.n_slots):
+            at = [
+                i
+                for i in range(n)
+                if items[b, i] >= 3 and min(int(items[b, i]) - 3, m.n_slots - 1) == k
+            ]
+            if not at:
+                reads.append(m.absent[k])
+                continue
+            w = torch.softmax(scores[b, at], 0)
+            reads.append(m.read((w[:, None] * hidden[b, at]).sum(0)))
+        rows.append(m.out(torch.cat(reads)))
+    return torch.stack(rows)
+
+
+def test_item_summaries_pool_each_items_events_on_their_own() -> None:
+    """Against a loop: rarer items share the last slot, specials (MASK) and padding none, an
+    absent item reads its own vector, far-apart scores within a slot do not underflow."""
+    torch.manual_seed(0)
+    m = ItemSummaries(8, n_items=3 + 5)
+    hidden, scores = torch.randn(3, 7, 8), torch.randn(3, 7)
+    scores[0, 0] = 80.0  # the row's maximum, far above its other slots' scores
+    items = torch.randint(0, 10, (3, 7))
+    lengths = [7, 4, 0]
+    got = m(hidden, torch.tensor(lengths), scores, items)
+    torch.testing.assert_close(got, naive_item_summaries(m, hidden, lengths, scores, items))
+
+
+def test_items_pooling_reads_each_item_apart() -> None:
+    """With ``pooling="items"`` a row's embedding moves with its own events' values alone."""
+    model = entity_model(pooling="items")
+    batch = make_batch(HISTORIES, n_num=1)
+    assert model.item_summaries is not None and model.entity_embedding(batch).isfinite().all()
+    changed = make_batch(HISTORIES, n_num=1)
+    changed.numeric[1, 0] += 2.0
+    differs = (model.entity_embedding(batch) - model.entity_embedding(changed)).abs().sum(1) > 0
+    assert differs.tolist() == [False, True, False, False]
 
 
 def test_item_values_need_values_per_item() -> None:

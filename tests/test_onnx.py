@@ -55,7 +55,7 @@ SHAPES = {
     },
     "entity_lean": {  # finetune.yaml from scratch: no positions, no gap tables, values per item
         "causal": False,
-        "pooling": "attention",
+        "pooling": "items",
         "features": True,
         "time_values": True,
         "numeric_scaling": "per_item",

@@ -337,7 +337,7 @@ FIRST_OPTIONS = {
         ("encoder.n_layers", "Transformer blocks"),
         ("encoder.n_heads", "attention heads"),
         ("encoder.dropout", "dropout on embeddings and residual branches"),
-        ("encoder.pooling", "entity embedding: last position, mean or attention"),
+        ("encoder.pooling", "entity embedding: last position, mean, attention or items"),
         ("encoder.repeat_head", "copy head for repeated items (null: from the data)"),
         ("lr", "AdamW learning rate (warm-up, then cosine decay)"),
         ("init_from", "a bundle whose encoder weights start the fit (fine-tuning)"),

@@ -334,8 +334,20 @@ def _value_features(
         blocks.append(share.rename(columns=lambda v, m=num: f"{m}_share[{column}={v}]"))
         for stat in value_stats:
             table = _spread(grouped.agg(stat), n.index, layout)
-            blocks.append(table.rename(columns=lambda v, m=num, s=stat: f"{m}_{s}[{column}={v}]"))
+            names = {v: value_stat_name(num, stat, column, v) for v in layout}
+            blocks.append(table.rename(columns=names))
     return blocks
+
+
+def value_stat_name(num: str, stat: str, column: str, value: str) -> str:
+    """The name of the column holding the ``stat`` of ``num`` at ``column``'s ``value``."""
+    return f"{num}_{stat}[{column}={value}]"
+
+
+def is_value_stat(name: str, numeric: Sequence[str], value_stats: Sequence[str]) -> bool:
+    """Whether column ``name`` is one of the per-value statistics (:func:`value_stat_name`) of
+    ``numeric`` columns."""
+    return any(name.startswith(f"{num}_{stat}[") for num in numeric for stat in value_stats)
 
 
 def _spread(per_value: pd.Series, rows: pd.Index, layout: list[str]) -> pd.DataFrame:

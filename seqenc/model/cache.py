@@ -59,9 +59,9 @@ def check_incremental(model: SequenceEncoder) -> None:
             "incremental encoding cannot serve a head fused with aggregates (they summarise the "
             "whole history at its cut-off); use encode() on the whole history"
         )
-    if config.pooling == "attention":
+    if config.pooling in ("attention", "items"):
         raise SeqencError(
-            "incremental encoding cannot serve attention pooling (each new event re-weighs every "
+            f"incremental encoding cannot serve {config.pooling} pooling (each new event re-weighs every "
             "older state); use encode() on the whole history"
         )
     if config.time and config.recency:

@@ -10,7 +10,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
 
 POSITIONALS = ("learned", "rope", "none")
-POOLINGS = ("last", "mean", "attention")
+POOLINGS = ("last", "mean", "attention", "items")
 NUMERIC_SCALINGS = ("global", "per_item")
 INITS = ("gpt", "fan_in")
 
@@ -68,7 +68,8 @@ class EncoderConfig:
         causal: ``False`` for bidirectional (BERT4Rec) attention.
         pooling: entity embedding from the ``"last"`` position, the ``"mean"`` of real positions,
             or their ``"attention"``-weighted sum (a learned score per position,
-            :func:`~seqenc.model.readout.attention_pool`).
+            :func:`~seqenc.model.readout.attention_pool`); ``"items"`` adds to that a learned
+            summary of each frequent item's events (:mod:`seqenc.model.item_readout`).
         time_values: (with ``time``; ``None``: on without causal attention, set by
             :class:`~seqenc.training.module.SeqencModule`; a bundle without the field has none) besides the buckets, continuous time through a small MLP:
             each event's time since the history's first event and, without causal attention, its

@@ -19,6 +19,7 @@ from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.groups import events_of_groups, group_batch, group_starts, sum_into_groups
 from seqenc.model.head import SupervisedHead
+from seqenc.model.item_readout import ItemSummaries
 from seqenc.model.linear import linear
 from seqenc.model.objectives import readout_objective
 from seqenc.model.ranking import NextItemScorer
@@ -170,8 +171,11 @@ class SequenceEncoder(nn.Module):
         d = config.d_model
         self.pool_score = (
             nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
-            if config.pooling == "attention"
+            if config.pooling in ("attention", "items")
             else None
+        )
+        self.item_summaries = (
+            ItemSummaries(d, config.n_items) if config.pooling == "items" else None
         )
         if config.init == "gpt":  # "fan_in": PyTorch's own, as built (PAD rows and
             init_weights(self, config.n_layers)  # not-recorded vectors start at zero there too)
@@ -264,7 +268,10 @@ class SequenceEncoder(nn.Module):
         )
         hidden, lengths = self.final_states(query, config.pooling == "last" and not traced)
         scores = None if self.pool_score is None else self.pool_score(hidden)[..., 0]
-        return entity_readout(hidden, lengths, config.pooling, config.normalize, scores)
+        summaries = None
+        if self.item_summaries is not None:
+            summaries = self.item_summaries(hidden, lengths, scores, query.items)
+        return entity_readout(hidden, lengths, config.pooling, config.normalize, scores, summaries)
 
     def final_states(self, batch: Batch, newest_only: bool) -> tuple[Tensor, Tensor]:
         """``(hidden, lengths)`` for the readout: every position's state, or with ``newest_only``

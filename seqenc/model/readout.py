@@ -56,12 +56,16 @@ def entity_readout(
     pooling: str,
     normalize: bool,
     scores: Tensor | None = None,
+    summaries: Tensor | None = None,
 ) -> Tensor:
     """``[B, d]`` the entity embeddings of ``hidden`` ``[B, L, d]``, rows of ``lengths`` real
     positions (:func:`pool` of :func:`newest_state` or :func:`real_sum`, or with
-    ``pooling="attention"`` :func:`attention_pool` of ``scores`` ``[B, L]``)."""
-    if pooling == "attention":
+    ``pooling="attention"`` :func:`attention_pool` of ``scores`` ``[B, L]``; ``"items"`` adds the
+    per-item ``summaries`` ``[B, d]`` of :mod:`seqenc.model.item_readout` to that)."""
+    if pooling in ("attention", "items"):
         pooled = attention_pool(hidden, lengths, scores)
+        if pooling == "items":
+            pooled = pooled + summaries
         return F.normalize(pooled, dim=-1) if normalize else pooled
     if pooling == "mean":
         return pool(None, real_sum(hidden, lengths), lengths, pooling, normalize)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqenc.data.aggregates import is_value_stat
 from seqenc.model.head import SupervisedHead
 
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # L2 per unit weight, on standardised aggregates
@@ -43,13 +44,12 @@ def _fit(
 
 
 def value_stat_columns(layout: dict[str, Any]) -> np.ndarray:
-    """``[n_wide]`` bool: the layout's per-value statistics (``{num}_{stat}[col=value]``: the mean,
-    min, max and last of a numeric column at each kept value), the wide part's optional block."""
+    """``[n_wide]`` bool: the layout's per-value statistics (the mean, min, max and last of a
+    numeric column at each kept value: :func:`~seqenc.data.aggregates.is_value_stat`), the wide
+    part's optional block."""
     spec = layout.get("spec") or {}
-    stats = [
-        f"{num}_{stat}[" for num in spec.get("numeric", []) for stat in spec.get("value_stats", [])
-    ]
-    return np.array([bool(stats) and name.startswith(tuple(stats)) for name in layout["names"]])
+    numeric, stats = spec.get("numeric", []), spec.get("value_stats", [])
+    return np.array([is_value_stat(name, numeric, stats) for name in layout["names"]], dtype=bool)
 
 
 def _held_out_loss(
