@@ -163,11 +163,12 @@ def test_weights_are_checked():
         _module(contrastive_weight=1.0, contrastive_temperature=0.0)
 
 
+@pytest.mark.parametrize("pooling", ["last", "mean", "attention", "items"])
 @pytest.mark.parametrize("objective", ["causal", "masked"])
-def test_views_embedded_by_length_are_embedded_alone(objective):
+def test_views_embedded_by_length_are_embedded_alone(objective, pooling):
     """Sub-batches of similar lengths, each cut to its longest row, give each view the embedding
     the whole padded batch gives it (no dropout), whatever the number of groups."""
-    encoder = EncoderConfig(d_model=8, n_heads=2, dropout=0.0, pooling="mean")
+    encoder = EncoderConfig(d_model=8, n_heads=2, dropout=0.0, pooling=pooling)
     module = _module(objective=objective, encoder=encoder).eval()
     views = slice_views(_batch([12, 9, 5, 7, 1, 0, 3], 13), 0.5, torch.Generator().manual_seed(4))
     with torch.no_grad():
