@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 import seqenc.training.loss_choice as loss_choice
 from seqenc.cli import main
 from seqenc.data.synthetic import generate_events
+from seqenc.errors import SeqencError
 from seqenc.model.sampled import ITEM_GRADIENT, N_NEGATIVES
 from seqenc.training.loss_choice import recorded_options, resume_loss
+from seqenc.training.run_options import check_loss_options
 
 SAMPLED = {
     "n_negatives": 64,
@@ -128,3 +131,11 @@ def test_a_real_fit_resumes_with_its_term(tmp_path, monkeypatch, capsys, caplog)
     torch.save(old, tmp_path / "old.ckpt")
     out, _ = _fit(tmp_path, monkeypatch, capsys, *args[:2], "--ckpt_path", "old.ckpt")
     assert "resume: the checkpoint's sampled_softmax does not record model.loss_options " in out
+
+
+def test_a_checkpoints_recorded_defaults_pass_the_options_check_on_a_small_catalogue():
+    """The defaults a checkpoint records are what the loss does without them, also where the
+    catalogue is smaller than the default candidates; a value given above it is refused."""
+    check_loss_options("sampled_softmax", recorded_options("sampled_softmax", None), 100)
+    with pytest.raises(SeqencError, match="n_negatives is 5000, more than the 100 items"):
+        check_loss_options("sampled_softmax", {"n_negatives": 5000}, 100)

@@ -18,7 +18,7 @@ from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import ITEM_GRADIENTS, SAMPLERS
 from seqenc.training.basket_plan import check_basket_options
 from seqenc.training.label_plan import check_label_options
-from seqenc.training.loss_choice import resume_loss
+from seqenc.training.loss_choice import loss_defaults, resume_loss
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
 # Options that set which weights the model has and their shapes: a resumed run keeps them.
@@ -244,11 +244,12 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
             f"{sorted(taken)}"
         )
     most = {"n_negatives": n_real_items - (loss != "sampled_softmax"), "chunk_size": None}
+    defaults = loss_defaults(loss)  # a checkpoint records them: the loss copes with its own
     for name, value in given.items():
         where = f"model.loss_options.{name}"
         if name in most:
             check_count(value, where)
-            if most[name] is not None and value > most[name]:
+            if most[name] is not None and value > most[name] and value != defaults.get(name):
                 raise SeqencError(
                     f"{where} is {value}, more than the {most[name]:,} items it can draw from "
                     f"(the data's catalogue: {n_real_items:,} items)"
