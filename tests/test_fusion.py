@@ -23,7 +23,7 @@ from tests.tiny import SCHEMA, label_fit
 
 ENTITY = [
     "--model.objective", "masked",
-    "--model.encoder.pooling", "attention",
+    "--model.encoder.pooling", "items",  # the shipped finetune.yaml's
     "--model.encoder.event_dropout", "0.1",
     "--model.fusion", "aggregates",
 ]  # fmt: skip
