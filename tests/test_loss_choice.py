@@ -7,9 +7,8 @@ import pytest
 import torch
 
 import seqenc.training.loss_choice as loss_choice
-from seqenc.cli import main
-from seqenc.data.synthetic import generate_events
 from seqenc.training.loss_choice import SAMPLED_FROM_ITEMS, loss_line, resolve_loss, what_trains
+from tests.tiny import catalogue_fit
 
 
 @pytest.mark.parametrize(
@@ -107,19 +106,7 @@ def test_a_fit_prints_the_choice_and_saves_it_resolved(
     threshold); the line it logs names it and why, its checkpoint keeps it resolved."""
     monkeypatch.setattr(loss_choice, "SAMPLED_FROM_ITEMS", threshold)
     caplog.set_level("INFO")
-    events = generate_events(40, n_items=20, seed=3, max_events=20)
-    events.assign(timestamp=events["timestamp"].dt.floor("D")).to_parquet(
-        tmp_path / "events.parquet"
-    )
-    monkeypatch.chdir(tmp_path)
-    main(
-        [
-            "fit", "--data.path", "events.parquet", "--data.history_len", "8",
-            "--model.encoder.d_model", "8", "--trainer.max_epochs", "1",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            *args,
-        ]
-    )  # fmt: skip
+    catalogue_fit(tmp_path, "--trainer.max_epochs", "1", *args, daily=True)
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("loss: "))
     n_items = int(line.split("auto: ")[1].split(" items")[0])
     assert 0 < n_items <= 20

@@ -10,12 +10,11 @@ import pytest
 import torch
 
 import seqenc.training.loss_choice as loss_choice
-from seqenc.cli import main
-from seqenc.data.synthetic import generate_events
 from seqenc.errors import SeqencError
 from seqenc.model.sampled import ITEM_GRADIENT, N_NEGATIVES
 from seqenc.training.loss_choice import recorded_options, resume_loss
 from seqenc.training.run_options import check_loss_options
+from tests.tiny import catalogue_fit
 
 SAMPLED = {
     "n_negatives": 64,
@@ -84,27 +83,16 @@ def test_options_a_checkpoint_does_not_record_are_named():
     assert f"n_negatives {N_NEGATIVES}," in line and "earlier defaults: n_negatives 1024;" in line
 
 
-def _fit(tmp_path, monkeypatch, capsys, *args: str) -> tuple[str, dict]:
+def _fit(tmp_path, *args: str) -> tuple[str, dict]:
     """A fit on a 20-item log: what it printed and its last checkpoint."""
-    events = generate_events(40, n_items=20, seed=3, max_events=20)
-    events.to_parquet(tmp_path / "events.parquet")
-    monkeypatch.chdir(tmp_path)
-    main(
-        [
-            "fit", "--data.path", "events.parquet", "--data.history_len", "8",
-            "--data.baskets", "false", "--model.encoder.d_model", "8",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            *args,
-        ]
-    )  # fmt: skip
-    out = capsys.readouterr().out
+    out = catalogue_fit(tmp_path, "--data.baskets", "false", *args)
     run = out.strip().splitlines()[-1].removeprefix("bundle: ").rsplit("/bundle", 1)[0]
     time.sleep(1)  # the next run gets its own folder (named by the second)
     last = tmp_path / run / "checkpoints" / "last.ckpt"
     return out, torch.load(last, weights_only=True)
 
 
-def test_a_real_fit_resumes_with_its_term(tmp_path, monkeypatch, capsys, caplog):
+def test_a_real_fit_resumes_with_its_term(tmp_path, monkeypatch, caplog):
     """Trained with the sampled term, ``all_rows`` and ``auto`` from a lowered threshold: resumed
     with ``auto`` under today's threshold (the exact term here), it trains on with the sampled term
     and ``all_rows`` (the fit's loss line, the new checkpoint), saying nothing; the same
@@ -112,14 +100,14 @@ def test_a_real_fit_resumes_with_its_term(tmp_path, monkeypatch, capsys, caplog)
     caplog.set_level("INFO")
     monkeypatch.setattr(loss_choice, "SAMPLED_FROM_ITEMS", 10)
     first = ("--model.loss_options", '{"item_gradient": "all_rows"}')  # 4,096 candidates of 20
-    hp = _fit(tmp_path, monkeypatch, capsys, "--trainer.max_epochs", "1", *first)[1]
+    hp = _fit(tmp_path, "--trainer.max_epochs", "1", *first)[1]
     hp = hp["hyper_parameters"]
     assert (hp["loss"], hp["loss_options"]["item_gradient"]) == ("sampled_softmax", "all_rows")
     monkeypatch.undo()
     ckpt = next(tmp_path.rglob("last.ckpt"))
     caplog.clear()
     args = ("--trainer.max_epochs", "2", "--model.loss", "auto", "--ckpt_path", str(ckpt))
-    out, again = _fit(tmp_path, monkeypatch, capsys, *args)
+    out, again = _fit(tmp_path, *args)
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("loss: "))
     assert line.endswith("4,096 shared candidates (mixed), 10 % of the rows exact, the item table "
                          "trained from every row")  # fmt: skip
@@ -129,7 +117,7 @@ def test_a_real_fit_resumes_with_its_term(tmp_path, monkeypatch, capsys, caplog)
     old = torch.load(ckpt, weights_only=True)
     old["hyper_parameters"]["loss_options"] = None
     torch.save(old, tmp_path / "old.ckpt")
-    out, _ = _fit(tmp_path, monkeypatch, capsys, *args[:2], "--ckpt_path", "old.ckpt")
+    out, _ = _fit(tmp_path, *args[:2], "--ckpt_path", "old.ckpt")
     assert "resume: the checkpoint's sampled_softmax does not record model.loss_options " in out
 
 

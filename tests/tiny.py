@@ -26,6 +26,12 @@ FIT = [
     "--trainer.enable_progress_bar", "false",
     "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
+CATALOGUE_FIT = [
+    "--data.history_len", "8",
+    "--model.encoder.d_model", "8",
+    "--trainer.enable_progress_bar", "false",
+    "--trainer.enable_model_summary", "false",
+]  # fmt: skip
 
 
 def tiny_events(n_entities: int = 60, seed: int = 0) -> pd.DataFrame:
@@ -59,16 +65,33 @@ def random_bundle(
 def fit(folder: Path, *args: str) -> tuple[Path, str]:
     """``seqenc fit`` on ``folder``'s ``events.parquet`` (run in ``folder``, at :data:`FIT`'s small
     size); the bundle it reports and what it printed."""
+    printed = _fit_in(folder, [*FIT, *args])
+    line = printed.strip().splitlines()[-1]
+    return folder / line.removeprefix("bundle: "), printed
+
+
+def catalogue_fit(folder: Path, *args: str, daily: bool = False) -> str:
+    """``seqenc fit`` in ``folder`` on a 20-item log of 40 entities (``daily``: its times cut to
+    the day, so that same-day events make baskets), at :data:`CATALOGUE_FIT`'s tiny size: what it
+    printed. The loss-choice and resume tests' fit."""
+    events = generate_events(40, n_items=20, seed=3, max_events=20)
+    if daily:
+        events = events.assign(timestamp=events["timestamp"].dt.floor("D"))
+    events.to_parquet(folder / "events.parquet")
+    return _fit_in(folder, [*CATALOGUE_FIT, *args])
+
+
+def _fit_in(folder: Path, args: list[str]) -> str:
+    """``seqenc fit`` on ``folder``'s ``events.parquet``, run in ``folder``: what it printed."""
     old = Path.cwd()
     os.chdir(folder)
     try:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            main(["fit", "--data.path", "events.parquet", *FIT, *args])
+            main(["fit", "--data.path", "events.parquet", *args])
     finally:
         os.chdir(old)
-    line = out.getvalue().strip().splitlines()[-1]
-    return folder / line.removeprefix("bundle: "), out.getvalue()
+    return out.getvalue()
 
 
 def label_fit(
