@@ -44,7 +44,7 @@ from seqenc.compat.parent_map import KINDS, fit_with_stats
 from seqenc.data.loaders import load_dataset
 from seqenc.evaluate import embed_at
 from seqenc.evaluate.drift import drift, history_pairs
-from seqenc.evaluate.probe import estimator
+from seqenc.evaluate.estimators import estimator
 from seqenc.inference import Encoder, load_encoder
 
 ROOT = Path(__file__).resolve().parents[1]

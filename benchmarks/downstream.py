@@ -76,6 +76,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FEATURES_CONFIG = "configs/account_embeddings.yaml"
 FINETUNE_CONFIG = "configs/finetune.yaml"
 PRETRAIN_CONFIG = "configs/entity_pretrain.yaml"  # the entity model's self-supervised start
+EMBEDDING = ("embedding",)  # the embeddings' column, stacked beside the aggregates in "both"
 NEXT_EVENT_ROWS = ("model", "baseline/popularity", "baseline/repeat")
 NEXT_EVENT_COLUMNS = ("hr@1", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
 
@@ -288,9 +289,14 @@ class ScoreCache:
 
 
 def scores(
-    features: pd.DataFrame, labels: pd.DataFrame, task: str, on: list[str], model: str
+    features: pd.DataFrame,
+    labels: pd.DataFrame,
+    task: str,
+    on: list[str],
+    model: str,
+    stack: tuple[str, ...] = (),
 ) -> dict:
-    result = probe(features, labels, label_column=task, on=on, model=model, seed=0)
+    result = probe(features, labels, label_column=task, on=on, model=model, seed=0, stack=stack)
     return {"n_rows": result.n_rows, "folds": {k: v.tolist() for k, v in result.folds.items()}}
 
 
@@ -311,7 +317,9 @@ def evaluate(
     cache: ScoreCache,
 ) -> dict[str, dict[str, dict]]:
     """``task/probe`` (from ``plan``: :func:`probe_plan`) -> feature set -> scores, on the rows
-    every feature set covers. Without ``embeddings`` only the aggregates' scores are computed
+    every feature set covers: ``both`` is the aggregates with the embeddings stacked (as
+    ``seqenc probe`` joins them: :func:`~seqenc.evaluate.probe`'s ``stack``), ``concat`` their
+    columns side by side. Without ``embeddings`` only the aggregates' scores are computed
     (into ``cache``): they do not depend on the seed, so they can be computed while the models
     train."""
     both = aggregates if embeddings is None else aggregates.merge(embeddings, on=on, how="inner")
@@ -326,7 +334,8 @@ def evaluate(
                 out[key] = {
                     "aggregates": cached,
                     "embeddings": scores(embeddings, rows, task, on, model),
-                    "both": scores(both, rows, task, on, model),
+                    "both": scores(both, rows, task, on, model, EMBEDDING),
+                    "concat": scores(both, rows, task, on, model),
                 }
             print(f"  {key}: done", flush=True)
     return out
@@ -513,8 +522,8 @@ def summarise(runs: list[dict], tasks: dict[str, str], dataset: str) -> list[dic
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| data | task (metric, n) | probe | aggregates | embeddings | both | both − aggregates (paired) | fine-tuned | fine-tuned − best single input (paired) |",  # noqa: E501
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| data | task (metric, n) | probe | aggregates | embeddings | both (stacked) | both − aggregates (paired) | concatenated | fine-tuned | fine-tuned − best single input (paired) |",  # noqa: E501
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     df = pd.DataFrame(rows)
     for (dataset, task, model), g in df.groupby(["dataset", "task", "probe"], sort=False):
@@ -538,7 +547,8 @@ def markdown(rows: list[dict]) -> str:
             tuned = f"{f['diff_mean']:+.4f} ± {f['diff_std']:.4f}"
         lines.append(
             f"| {dataset} | {task} ({b['metric']}, {b['n']}) | {model} | {cell('aggregates')} | "
-            f"{cell('embeddings')} | {cell('both')} | {diff} | {cell('finetuned')} | {tuned} |"
+            f"{cell('embeddings')} | {cell('both')} | {diff} | {cell('concat')} | "
+            f"{cell('finetuned')} | {tuned} |"
         )
     return "\n".join(lines)
 
@@ -791,14 +801,15 @@ def fold_scores(
 ) -> dict:
     """Fold -> task -> method -> metric -> score, on the folds ``args.folds`` of the probes' folds
     (:func:`cv_folds` of each task's rows: the same in every process). Methods: ``SET/PROBE`` for
-    the aggregates and, with a bundle, its embeddings and both; ``gru`` (the reference on hourly
+    the aggregates and, with a bundle, its embeddings, both (the embeddings stacked beside the
+    aggregates) and concat (their columns side by side); ``gru`` (the reference on hourly
     bins, ICU stays); ``finetuned/scratch`` or ``finetuned/init`` (``--finetune``)."""
     on = dataset.on
     sets = {"aggregates": aggregates}
     bundle = Path(args.bundles[0]).resolve() if args.bundles else fits.bundle
     if bundle is not None:
         embeddings = embed_at(load_encoder(bundle, "cpu"), events, labels[on].drop_duplicates())
-        sets |= {"embeddings": embeddings, "both": aggregates.merge(embeddings, on=on)}
+        sets["embeddings"] = embeddings
     else:
         print("no --bundles: the embeddings' probes are skipped", flush=True)
     if args.finetune == "init":
@@ -816,6 +827,11 @@ def fold_scores(
             for model in models:
                 for name in sets:
                     scores[f"{name}/{model}"] = probe_fold(x[name], y, kind, model, train, test)
+                if "embeddings" in x:
+                    both, concat = (x["aggregates"], x["embeddings"]), np.hstack(list(x.values()))
+                    fold = (y, kind, model, train, test)
+                    scores[f"both/{model}"] = probe_fold(both[0], *fold, stacked=both[1])
+                    scores[f"concat/{model}"] = probe_fold(concat, *fold)
             if dataset.reference_gru and kind == "binary" and not args.no_gru:
                 clock = time.perf_counter()
                 scores["gru"] = gru_fold(events, rows, y, train, test)

@@ -269,12 +269,12 @@ def test_the_labelled_score_is_sklearns_roc_auc_and_r2():
 def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
     from seqenc.evaluate.label_baseline import LabelBaselines
 
-    probe_module = importlib.import_module("seqenc.evaluate.probe")  # the name is also a function
+    estimators = importlib.import_module("seqenc.evaluate.estimators")
 
     def missing():
         raise SeqencError("seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'")
 
-    monkeypatch.setattr(probe_module, "_sklearn", missing)
+    monkeypatch.setattr(estimators, "_sklearn", missing)
     module = SimpleNamespace(
         encoder=SimpleNamespace(head=SupervisedHead(4, "classification", [0, 1]))
     )

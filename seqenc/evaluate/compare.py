@@ -24,9 +24,14 @@ def compare(
     n_splits: int = 5,
     seed: int = 0,
     reference: str | None = None,
+    stack: bool = True,
 ) -> pd.DataFrame:
     """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
-    (``a+b``), on the rows all of them cover, so the scores compare like with like. One row per
+    (``a+b``), on the rows all of them cover, so the scores compare like with like. In a pair
+    with ``reference``, the other table enters stacked (its columns as one block through its own
+    cross-fitted linear probe: :func:`probe`'s ``stack``), so a wide weak table does not cost
+    the reference's probe the variance of one weight per column; ``stack=False`` concatenates
+    every pair's columns. One row per
     model and feature set; ``attrs["label_rows"]`` counts the label rows given, dropped (by
     cause: ``null_label``, ``duplicate``, ``no_features``) and used; ``attrs["task_reason"]`` the
     task and why it was chosen.
@@ -40,13 +45,9 @@ def compare(
     for frame in feature_sets.values():
         labelled = labelled.merge(frame[list(on)].drop_duplicates(), on=list(on), how="inner")
     counts |= {"no_features": given - len(labelled), "used": len(labelled)}
-    sets = dict(feature_sets)
-    names = list(feature_sets)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            sets[f"{a}+{b}"] = feature_sets[a].merge(feature_sets[b], on=list(on), how="inner")
     rows, folds = [], {}
-    for model, (name, frame) in itertools.product(models, sets.items()):
+    sets = _with_pairs(feature_sets, on, reference if stack else None)
+    for model, (name, (frame, block)) in itertools.product(models, sets.items()):
         result = probe(
             frame,
             labelled,
@@ -56,6 +57,7 @@ def compare(
             model=model,
             n_splits=n_splits,
             seed=seed,
+            stack=block,
         )
         folds[model, name] = result.folds
         rows.append(
@@ -69,6 +71,22 @@ def compare(
     table.attrs["label_rows"] = counts
     table.attrs["task_reason"] = result.task_reason  # the same labels, the same task, every row
     return table
+
+
+def _with_pairs(
+    feature_sets: dict[str, pd.DataFrame], on: Sequence[str], stacked_beside: str | None
+) -> dict[str, tuple[pd.DataFrame, tuple[str, ...]]]:
+    """Name -> (table, the columns :func:`probe` stacks) for each table and each pair ``a+b``
+    joined on ``on``; in a pair with ``stacked_beside``, the other table's columns are stacked."""
+    sets = {name: (frame, ()) for name, frame in feature_sets.items()}
+    names = list(feature_sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            joined = feature_sets[a].merge(feature_sets[b], on=list(on), how="inner")
+            other = {a: b, b: a}.get(stacked_beside)
+            block = [c for c in feature_sets[other].columns if c not in on] if other else []
+            sets[f"{a}+{b}"] = (joined, tuple(block))
+    return sets
 
 
 def _paired(

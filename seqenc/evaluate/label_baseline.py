@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import Callback
 
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError
-from seqenc.evaluate.probe import estimator, fit_estimator
+from seqenc.evaluate.estimators import estimator, fit_estimator
 from seqenc.scores import prediction_scores, score_name
 
 

@@ -1,10 +1,10 @@
 """The probes, k-fold cross-validated: linear (logistic regression or ridge, scaled, strength searched
 inside each training fold) or trees (histogram gradient boosting, what most feature pipelines
-retrain: leaf count chosen on a held-out part of each training fold, trees by early stopping)."""
+retrain: leaf count chosen on a held-out part of each training fold, trees by early stopping); the
+estimators are :mod:`seqenc.evaluate.estimators`', a stacked block :mod:`~seqenc.evaluate.stacking`'s."""
 
 from __future__ import annotations
 
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,32 +15,11 @@ import pandas as pd
 
 from seqenc.data.labels import infer_task, label_rows, regression_targets
 from seqenc.errors import SeqencError
+from seqenc.evaluate.estimators import Model, _sklearn, estimator, fit_estimator
+from seqenc.evaluate.stacking import cross_fitted
 from seqenc.scores import prediction_scores, r2
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
-Model = Literal["linear", "trees"]
-MODELS = ("linear", "trees")
-# Regularisation grids searched inside each training fold (never on its test fold).
-C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-ALPHA_GRID = (1e-1, 1.0, 10.0, 100.0, 1000.0)
-LEAF_GRID = (15, 63)  # max_leaf_nodes of the tree probe: shallow and deep trees
-TREE_HOLDOUT = 0.2  # share of a training fold that scores the tree probe's grid
-
-
-def _sklearn():
-    try:
-        import sklearn  # noqa: F401
-    except ImportError as e:
-        raise SeqencError(
-            "seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'"
-        ) from e
-    from sklearn import ensemble, linear_model, metrics, model_selection, pipeline, preprocessing
-
-    return ensemble, linear_model, metrics, model_selection, pipeline, preprocessing
-
-
-# ---------------------------------------------------------------------------------------------
-# Linear probe
 
 
 @dataclass
@@ -105,12 +84,21 @@ def _align(
     labels: pd.DataFrame | pd.Series | np.ndarray,
     label_column: str | None,
     on: Sequence[str] | None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """Row-aligned ``X``, ``y`` and the counts of :func:`~seqenc.data.labels.label_rows`."""
-    if not isinstance(labels, pd.DataFrame):
+    stack: Sequence[str] = (),
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, dict[str, int]]:
+    """Row-aligned ``X``, the ``stack`` columns' block (``None`` without), ``y`` and the counts
+    of :func:`~seqenc.data.labels.label_rows`."""
+    if not isinstance(labels, pd.DataFrame) and not stack:
         return _align_arrays(features, labels)
-    if not isinstance(features, pd.DataFrame):
-        raise SeqencError("labels given as a table need features as a table with key columns")
+    if not isinstance(labels, pd.DataFrame) or not isinstance(features, pd.DataFrame):
+        raise SeqencError(
+            "labels given as a table need features as a table with key columns"
+            if isinstance(labels, pd.DataFrame)
+            else "stack names feature columns: give features and labels as tables"
+        )
+    absent = [c for c in stack if c not in features.columns]
+    if absent:
+        raise SeqencError(f"stack names {absent}, not columns of the features")
     keys = list(on) if on is not None else [c for c in features.columns if c in labels.columns]
     keys = [k for k in keys if k != label_column] if on is None else keys
     rows, counts = label_rows(labels, str(label_column), keys)
@@ -128,13 +116,14 @@ def _align(
     if joined.empty:
         raise SeqencError(f"no label row matches a feature row on {keys}")
     counts |= {"no_features": len(rows) - len(joined), "used": len(joined)}
-    x = feature_matrix(joined, exclude=[*keys, label_column])
-    return x, joined[label_column].to_numpy(), counts
+    x = feature_matrix(joined, exclude=[*keys, label_column, *stack])
+    stacked = feature_matrix(joined[list(stack)]) if stack else None
+    return x, stacked, joined[label_column].to_numpy(), counts
 
 
 def _align_arrays(
     features: pd.DataFrame | np.ndarray, labels: pd.Series | np.ndarray
-) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+) -> tuple[np.ndarray, None, np.ndarray, dict[str, int]]:
     """:func:`_align` for labels given as an array aligned with the feature rows."""
     x = features if isinstance(features, np.ndarray) else feature_matrix(features)
     y = np.asarray(labels)
@@ -144,7 +133,7 @@ def _align_arrays(
         pd.DataFrame({"row": np.arange(len(y)), "label": y}), "label", ["row"]
     )
     kept = rows["row"].to_numpy()
-    return x[kept].astype(float), y[kept], counts | {"no_features": 0, "used": len(kept)}
+    return x[kept].astype(float), None, y[kept], counts | {"no_features": 0, "used": len(kept)}
 
 
 def probe_task(y: np.ndarray, task: Task = "auto") -> tuple[str, str]:
@@ -170,6 +159,7 @@ def probe(
     model: Model = "linear",
     n_splits: int = 5,
     seed: int = 0,
+    stack: Sequence[str] = (),
 ) -> ProbeResult:
     """Cross-validated probe of ``labels`` from ``features``: linear or gradient-boosted trees.
 
@@ -185,41 +175,45 @@ def probe(
         task: ``"binary"`` / ``"multiclass"`` (logistic regression, multinomial for more than two
             classes; ROC-AUC (one-vs-rest macro for multiclass) and accuracy) or ``"regression"``
             (ridge; R²). ``"auto"``: :func:`probe_task` (the one rule of a fit and a probe).
-        model: ``"linear"``: standardisation and the regularisation strength (``C_GRID`` by an
-            inner 3-fold search for classes, ``ALPHA_GRID`` by leave-one-out for ridge) fitted on
-            each training fold only. ``"trees"``: ``HistGradientBoostingClassifier`` /
-            ``Regressor`` with ``max_leaf_nodes`` from ``LEAF_GRID`` chosen on a held-out
-            ``TREE_HOLDOUT`` of each training fold, where early stopping also picks the number of
-            trees; the chosen model (fitted on the rest of the training fold) scores the test fold.
-        n_splits: k of the k-fold cross-validation (stratified for classes, shuffled with ``seed``).
-
-    Every model sees the same folds for a given ``seed`` and labels, so scores of two feature
-    sets differ fold by fold only by their features (paired differences).
+        model: ``"linear"`` or ``"trees"``, each with its search inside the training fold
+            (:func:`~seqenc.evaluate.estimators.estimator`).
+        n_splits: k of the k-fold cross-validation (stratified for classes, shuffled with
+            ``seed``): the same folds for every model and feature set (paired differences).
+        stack: columns of the table that enter as one block, through its own linear probe
+            cross-fitted inside each training fold (:mod:`~seqenc.evaluate.stacking`): a score
+            per class (or a number) beside the other columns, not a weight per column.
     """
     _sklearn()
-    if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
-        raise SeqencError(f"n_splits (folds) must be an integer >= 2, got {n_splits!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-        raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    x, y, counts = _align(features, labels, label_column, on)
+    _check_splits(n_splits, seed)
+    x, stacked, y, counts = _align(features, labels, label_column, on, stack)
     task, why = probe_task(y, task)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
     folds, base = defaultdict(list), defaultdict(list)  # metric -> one value per fold
     for train, test in splits:
-        for name, value in probe_fold(x, y, task, model, train, test, n_splits, seed).items():
+        for name, value in probe_fold(
+            x, y, task, model, train, test, n_splits, seed, stacked
+        ).items():
             folds[name].append(value)
         for name, value in _baseline(task, y[train], y[test]).items():
             base[name].append(value)
     return ProbeResult(
         task=task,
         n_rows=len(y),
-        n_features=x.shape[1],
+        n_features=x.shape[1] + (0 if stacked is None else stacked.shape[1]),
         classes=classes,
         folds={k: np.asarray(v) for k, v in folds.items()},
         baseline={k: float(np.mean(v)) for k, v in base.items()},
         label_rows=counts,
         task_reason=why,
     )
+
+
+def _check_splits(n_splits: int, seed: int) -> None:
+    """Refuse a fold count or a seed the splitters cannot take, in one line."""
+    if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
+        raise SeqencError(f"n_splits (folds) must be an integer >= 2, got {n_splits!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise SeqencError(f"seed must be an integer in [0, 2**32), got {seed!r}")
 
 
 def probe_fold(
@@ -231,12 +225,19 @@ def probe_fold(
     test: np.ndarray,
     n_splits: int = 5,
     seed: int = 0,
+    stacked: np.ndarray | None = None,
 ) -> dict[str, float]:
     """One fold of :func:`probe`: the probe fitted on rows ``train`` of ``x`` and coded labels
-    ``y`` (:func:`cv_folds`), scored on rows ``test`` (so one fold can run on its own)."""
+    ``y`` (:func:`cv_folds`), scored on rows ``test`` (so one fold can run on its own);
+    ``stacked``: a block of columns (row-aligned with ``x``) that enters through its
+    cross-fitted scores (:func:`~seqenc.evaluate.stacking.cross_fitted`) on the training rows."""
+    fit_x, test_x = x[train], x[test]
+    if stacked is not None:
+        inside, new = cross_fitted(stacked[train], y[train], stacked[test], task, seed)
+        fit_x, test_x = np.hstack([fit_x, inside]), np.hstack([test_x, new])
     search = estimator(task, model, n_splits, seed)[1]
-    fit_estimator(search, x[train], y[train])
-    return _scores(task, search, x[test], y[test])
+    fit_estimator(search, fit_x, y[train])
+    return _scores(task, search, test_x, y[test])
 
 
 def cv_folds(
@@ -251,19 +252,6 @@ def cv_folds(
     codes, classes = _label_codes(task, y, n_splits)
     splitter = estimator(task, "linear", n_splits, seed)[0]
     return task, codes, classes, list(splitter.split(np.zeros((len(codes), 1)), codes))
-
-
-def fit_estimator(search, x: np.ndarray, y: np.ndarray) -> None:
-    """Fit a probe on a training fold; one too small for the inner splits is one line."""
-    try:
-        with warnings.catch_warnings():  # LogisticRegressionCV's API-transition notices (1.8+)
-            warnings.simplefilter("ignore", FutureWarning)
-            search.fit(x, y)
-    except ValueError as e:
-        raise SeqencError(
-            f"a training fold of {len(y)} rows is too small for the probe's inner splits: "
-            f"{' '.join(str(e).split())} (give more label rows or fewer folds)"
-        ) from e
 
 
 def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, list]:
@@ -282,65 +270,6 @@ def _label_codes(task: str, y: np.ndarray, n_splits: int) -> tuple[np.ndarray, l
             f"class {small!r} has {counts.min()} row(s), fewer than n_splits={n_splits}"
         )
     return codes, classes
-
-
-def estimator(task: str, model: str, n_splits: int = 5, seed: int = 0):
-    """The outer k-fold splitter and the estimator :func:`probe` fits on each training fold (its
-    hyperparameters searched inside that fold only)."""
-    if model not in MODELS:
-        raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
-    ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
-    if task == "regression":
-        splitter = model_selection.KFold(n_splits, shuffle=True, random_state=seed)
-        holdout = model_selection.ShuffleSplit(1, test_size=TREE_HOLDOUT, random_state=seed)
-        # Leave-one-out over the alpha grid in closed form (generalised cross-validation).
-        linear = linear_model.RidgeCV(alphas=ALPHA_GRID)
-        trees, scoring = ensemble.HistGradientBoostingRegressor, "r2"
-    else:
-        splitter = model_selection.StratifiedKFold(n_splits, shuffle=True, random_state=seed)
-        inner = model_selection.StratifiedKFold(3, shuffle=True, random_state=seed)
-        holdout = model_selection.StratifiedShuffleSplit(
-            1, test_size=TREE_HOLDOUT, random_state=seed
-        )
-        # The C grid as one warm-started path per inner fold, scored by log loss.
-        linear = linear_model.LogisticRegressionCV(
-            Cs=list(C_GRID), cv=inner, scoring="neg_log_loss", max_iter=2000
-        )
-        trees, scoring = ensemble.HistGradientBoostingClassifier, "neg_log_loss"
-    if model == "trees":
-        booster = trees(max_iter=500, early_stopping=True, n_iter_no_change=20, random_state=seed)
-        return splitter, _HoldoutSearch(booster, LEAF_GRID, holdout, metrics.get_scorer(scoring))
-    return splitter, pipeline.make_pipeline(preprocessing.StandardScaler(), linear)
-
-
-class _HoldoutSearch:
-    """The tree probe's search: one booster per ``max_leaf_nodes`` in ``leaves``, each fitted on
-    the inner training part of ``split`` (where early stopping picks its number of trees) and
-    scored on the held-out part; the best one, as fitted, predicts. Two fits per fold instead of
-    a cross-validated grid plus a refit: boosting is the expensive probe."""
-
-    def __init__(self, booster, leaves: Sequence[int], split, scorer) -> None:
-        self.booster, self.leaves, self.split, self.scorer = booster, leaves, split, scorer
-
-    def fit(self, x: np.ndarray, y: np.ndarray) -> _HoldoutSearch:
-        from sklearn.base import clone
-
-        ((fit_rows, held_out),) = self.split.split(x, y)
-        best = -np.inf
-        for leaves in self.leaves:
-            model = clone(self.booster).set_params(max_leaf_nodes=leaves)
-            model.fit(x[fit_rows], y[fit_rows])
-            score = self.scorer(model, x[held_out], y[held_out])
-            if score > best:
-                best, self.model_ = score, model
-        self.classes_ = getattr(self.model_, "classes_", None)
-        return self
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.model_.predict(x)
-
-    def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        return self.model_.predict_proba(x)
 
 
 def _scores(task: str, model, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
