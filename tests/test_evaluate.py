@@ -260,6 +260,7 @@ def test_cli_probes_aggregates_embeddings_and_both(tmp_path, capsys):
     for name in ("aggregates ", "embeddings ", "aggregates+embeddings", "constant predictor"):
         assert name in out
     assert "3 folds (stratified for classes, shuffled with seed 0), the same for every row" in out
+    assert "aggregates+embeddings: the embeddings stacked beside the aggregates" in out
     records = pd.read_json(tmp_path / "r.json")
     # the paired differences are those of the per-fold scores of the same folds
     for model in ("linear", "trees"):

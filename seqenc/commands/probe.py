@@ -202,6 +202,12 @@ def format_table(table: pd.DataFrame, folds: int, seed: int) -> str:
         )
     constant = [f"{m} {table[m + '_constant'].iloc[0]:.4f}" for m in metrics]
     lines.append(f"{'':<7} {'constant predictor':<22} " + "  ".join(constant))
+    if paired and "aggregates+embeddings" in set(table["features"]):
+        lines.append(
+            "aggregates+embeddings: the embeddings stacked beside the aggregates (a linear probe "
+            "of the embeddings, fitted inside each training fold, gives the probe one score per "
+            "class)"
+        )
     if "label_rows" in table.attrs:
         lines.append(describe(table.attrs["label_rows"]))
     return "\n".join(lines)
