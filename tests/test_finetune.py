@@ -274,7 +274,7 @@ def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
     def missing():
         raise SeqencError("seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'")
 
-    monkeypatch.setattr(estimators, "_sklearn", missing)
+    monkeypatch.setattr(estimators, "sklearn_modules", missing)
     module = SimpleNamespace(
         encoder=SimpleNamespace(head=SupervisedHead(4, "classification", [0, 1]))
     )

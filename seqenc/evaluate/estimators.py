@@ -22,7 +22,8 @@ LEAF_GRID = (15, 63)  # max_leaf_nodes of the tree probe: shallow and deep trees
 TREE_HOLDOUT = 0.2  # share of a training fold that scores the tree probe's grid
 
 
-def _sklearn():
+def sklearn_modules():
+    """The scikit-learn modules the probes use; one line naming the extra where it is missing."""
     try:
         import sklearn  # noqa: F401
     except ImportError as e:
@@ -44,7 +45,7 @@ def estimator(task: str, model: str, n_splits: int = 5, seed: int = 0):
     on the rest of the training fold) predicts."""
     if model not in MODELS:
         raise SeqencError(f"model must be one of {MODELS}, got {model!r}")
-    ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = _sklearn()
+    ensemble, linear_model, metrics, model_selection, pipeline, preprocessing = sklearn_modules()
     if task == "regression":
         splitter = model_selection.KFold(n_splits, shuffle=True, random_state=seed)
         holdout = model_selection.ShuffleSplit(1, test_size=TREE_HOLDOUT, random_state=seed)

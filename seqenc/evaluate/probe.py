@@ -1,7 +1,8 @@
 """The probes, k-fold cross-validated: linear (logistic regression or ridge, scaled, strength searched
 inside each training fold) or trees (histogram gradient boosting, what most feature pipelines
-retrain: leaf count chosen on a held-out part of each training fold, trees by early stopping); the
-estimators are :mod:`seqenc.evaluate.estimators`', a stacked block :mod:`~seqenc.evaluate.stacking`'s."""
+retrain: leaf count chosen on a held-out part of each training fold, trees by early stopping). The
+estimators are in :mod:`seqenc.evaluate.estimators`, a stacked block's scores in
+:mod:`seqenc.evaluate.stacking`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pandas as pd
 
 from seqenc.data.labels import infer_task, label_rows, regression_targets
 from seqenc.errors import SeqencError
-from seqenc.evaluate.estimators import Model, _sklearn, estimator, fit_estimator
+from seqenc.evaluate.estimators import Model, estimator, fit_estimator, sklearn_modules
 from seqenc.evaluate.stacking import cross_fitted
 from seqenc.scores import prediction_scores, r2
 
@@ -183,7 +184,7 @@ def probe(
             cross-fitted inside each training fold (:mod:`~seqenc.evaluate.stacking`): a score
             per class (or a number) beside the other columns, not a weight per column.
     """
-    _sklearn()
+    sklearn_modules()
     _check_splits(n_splits, seed)
     x, stacked, y, counts = _align(features, labels, label_column, on, stack)
     task, why = probe_task(y, task)
