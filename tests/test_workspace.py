@@ -74,6 +74,9 @@ def test_calls_before_one_backward_each_hold_their_own_buffer(pool):
     shared_logsumexp(hidden.detach(), vectors.detach(), log_count)  # no graph: back at once
     spare = lent_pointers(pool)
     assert len(spare) == 1
+    with torch.inference_mode():
+        shared_logsumexp(hidden, vectors, log_count)
+    assert lent_pointers(pool) == spare
     cases = [leaves(seed) for seed in range(3)]
     values = [shared_logsumexp(h, v, c) for h, v, c, _ in cases]
     assert pool.free == []
