@@ -13,7 +13,8 @@ import torch
 
 from seqenc import __version__
 from seqenc.cli import COMMANDS, main
-from seqenc.commands.train import FIRST_OPTIONS, trainer_defaults
+from seqenc.commands.train import FIRST_OPTIONS
+from seqenc.commands.trainer_defaults import trainer_defaults
 from seqenc.data.synthetic import generate_events
 from seqenc.errors import SeqencError
 

@@ -15,6 +15,7 @@ from seqenc.model.losses import (
     compute_loss,
     full_softmax_ce,
     gbce,
+    loss_options,
     sampled_softmax,
     target_log_softmax,
 )
@@ -213,6 +214,15 @@ def test_compute_loss_by_name() -> None:
         compute_loss("bce", hidden, weight, targets, n_negatives=3)
     with pytest.raises(SeqencError, match="sampler"):
         sampled_softmax(hidden, weight, targets, 5, sampler="popularity")
+
+
+def test_loss_options_name_each_option_with_its_default() -> None:
+    assert loss_options("gbce") == {"n_negatives": 256, "t": 0.75, "generator": None}
+    assert loss_options("bce") == {"generator": None}
+    assert set(loss_options("ce")) == {"chunk_size", "matmul_dtype"}
+    sampled = loss_options("sampled_softmax")
+    assert sampled["sampler"] == "mixed" and sampled["exact_share"] is None
+    assert not {"hidden", "weight", "targets"} & set(sampled)
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))

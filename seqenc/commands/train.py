@@ -6,9 +6,7 @@ set up, resume options checked, old option names answered in one line, and a cur
 from __future__ import annotations
 
 import inspect
-import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from difflib import get_close_matches
@@ -22,7 +20,6 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from seqenc.atomic import writable_directory
 from seqenc.cli_support import (
     config_paths,
-    default_logger_classes,
     held_output,
     one_line_errors,
     option_error,
@@ -36,24 +33,21 @@ from seqenc.commands.fit_checks import (
     run_directories,
 )
 from seqenc.commands.init_from import adopt_bundle
+from seqenc.commands.trainer_defaults import MAX_EPOCHS, run_name, trainer_defaults
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
-from seqenc.evaluate.label_baseline import LabelBaselines
 from seqenc.model.encoder import EncoderConfig
 from seqenc.signals import sigterm_raises
 from seqenc.training.basket_plan import resolve_stopping, set_basket_schedule
-from seqenc.training.callbacks import PATIENCE, Baselines, ConfiguredEarlyStopping, WriteBundle
+from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.checkpoint import load_checkpoint
 from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.loss_choice import resume_loss
 from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
-from seqenc.training.saving import AtomicCheckpoint
-
-MAX_EPOCHS = 20
 
 
 class OneLineParser(LightningArgumentParser):
@@ -249,44 +243,6 @@ def _yaml_keys(tree: object, prefix: str) -> list[str]:
     ]
 
 
-def _run_name(argv: list[str]) -> str:
-    """The run's name: the stem of its first ``--config`` file, else ``seqenc``."""
-    configs = config_paths(argv)
-    return Path(configs[0]).stem if configs else "seqenc"
-
-
-def trainer_defaults(name: str) -> dict:
-    """Checkpoints of the best validation NDCG@10 and of the last epoch, the bundle at the end,
-    gradient clipping, CSV + TensorBoard logs in one folder (early stopping is the
-    ``early_stopping`` config section). The run folder is ``runs/<name>/<start time>-<pid>``: runs
-    started in the same second (a seed sweep launched at once) never share logs, checkpoints or
-    bundle."""
-    version = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    loggers = [
-        {
-            "class_path": f"lightning.pytorch.loggers.{cls}",
-            "init_args": {"save_dir": "runs", "name": name, "version": version},
-        }
-        for cls in default_logger_classes()
-    ]
-    return {
-        "logger": loggers,
-        # Lightning's ``save_last`` copies only the checkpoints it saves (the best ones), so the
-        # true last epoch gets its own callback: no monitor, top-1 = the newest, named last.ckpt,
-        # saved after every training epoch, whether or not that epoch validates.
-        "callbacks": [
-            AtomicCheckpoint(monitor=MONITOR, mode="max", filename="best-{epoch}"),
-            AtomicCheckpoint(filename="last", save_on_train_epoch_end=True),
-            WriteBundle(),
-            Baselines(),
-            LabelBaselines(),
-        ],
-        "use_distributed_sampler": False,
-        "gradient_clip_val": 1.0,
-        "max_epochs": MAX_EPOCHS,
-    }
-
-
 def main(argv: list[str], given: list[str] | None) -> None:
     """``seqenc fit|validate|test ...`` (``argv`` from the subcommand on; ``given`` is what the
     caller passed, ``None`` for ``sys.argv``, which LightningCLI then reads itself)."""
@@ -303,7 +259,7 @@ def main(argv: list[str], given: list[str] | None) -> None:
         SeqencCLI(
             SeqencModule,
             SequenceDataModule,
-            trainer_defaults=trainer_defaults(_run_name(argv)),
+            trainer_defaults=trainer_defaults(run_name(argv)),
             # Only fit saves its config (into the run folder); test / validate have no run folder.
             save_config_callback=SaveConfigCallback if argv[:1] == ["fit"] else None,
             save_config_kwargs={"overwrite": True},

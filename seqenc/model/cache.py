@@ -20,6 +20,7 @@ from torch import Tensor
 
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
+from seqenc.model.config import SCORED_POOLINGS
 from seqenc.model.embeddings import time_bucket
 from seqenc.model.encoder import SequenceEncoder
 from seqenc.model.readout import newest_state, pool, real_sum
@@ -59,7 +60,7 @@ def check_incremental(model: SequenceEncoder) -> None:
             "incremental encoding cannot serve a head fused with aggregates (they summarise the "
             "whole history at its cut-off); use encode() on the whole history"
         )
-    if config.pooling in ("attention", "items"):
+    if config.pooling in SCORED_POOLINGS:
         raise SeqencError(
             f"incremental encoding cannot serve {config.pooling} pooling (each new event re-weighs every "
             "older state); use encode() on the whole history"

@@ -11,6 +11,8 @@ from seqenc.model.batch import N_SPECIAL
 
 POSITIONALS = ("learned", "rope", "none")
 POOLINGS = ("last", "mean", "attention", "items")
+# The poolings that weigh the states by a learned score (``SequenceEncoder.pool_score``).
+SCORED_POOLINGS = ("attention", "items")
 NUMERIC_SCALINGS = ("global", "per_item")
 INITS = ("gpt", "fan_in")
 

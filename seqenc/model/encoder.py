@@ -14,7 +14,10 @@ from seqenc.errors import SeqencError
 from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
 from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
 from seqenc.model.batch import N_SPECIAL, Batch, drop_events
-from seqenc.model.config import EncoderConfig  # imported from here by its users too
+from seqenc.model.config import (  # EncoderConfig: imported from here by its users too
+    SCORED_POOLINGS,
+    EncoderConfig,
+)
 from seqenc.model.dropout import Dropout
 from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
 from seqenc.model.groups import events_of_groups, group_batch, group_starts, sum_into_groups
@@ -171,7 +174,7 @@ class SequenceEncoder(nn.Module):
         d = config.d_model
         self.pool_score = (
             nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
-            if config.pooling in ("attention", "items")
+            if config.pooling in SCORED_POOLINGS
             else None
         )
         self.item_summaries = (

@@ -263,8 +263,7 @@ def target_log_softmax(
         exact = (hidden * weight[targets]).sum(-1).float()
         return exact - exact_logsumexp(hidden, weight[N_SPECIAL:])
     if loss == "sampled_softmax":
-        accepted = set(inspect.signature(sampled_softmax).parameters)
-        accepted -= {"hidden", "weight", "targets"}
+        accepted = set(loss_options(loss))
         if set(opts) - accepted:
             raise SeqencError(
                 f"loss 'sampled_softmax' got unknown options {sorted(set(opts) - accepted)}; "
@@ -342,6 +341,19 @@ LOSSES: dict[str, Callable[..., Tensor]] = {
     "gbce": gbce,
 }
 
+# A loss's arguments that are its inputs, not options.
+LOSS_INPUTS = ("hidden", "weight", "targets")
+# The options a run supplies itself (drawn or built per run), never a user's ``model.loss_options``.
+RUN_OWN_OPTIONS = frozenset(("generator", "proposal", "groups"))
+
+
+def loss_options(name: str) -> dict[str, object]:
+    """The options of the loss called ``name`` (a key of :data:`LOSSES`), each with its default:
+    its arguments after the inputs (:data:`LOSS_INPUTS`). The one place a loss's options are
+    read from its signature."""
+    parameters = inspect.signature(LOSSES[name]).parameters.items()
+    return {key: p.default for key, p in parameters if key not in LOSS_INPUTS}
+
 
 def compute_loss(
     name: str, hidden: Tensor, weight: Tensor, targets: Tensor, **opts: object
@@ -349,11 +361,10 @@ def compute_loss(
     """The loss called ``name`` (a key of :data:`LOSSES`) with its options ``opts``."""
     if name not in LOSSES:
         raise SeqencError(f"unknown loss {name!r}; choose one of {sorted(LOSSES)}")
-    fn = LOSSES[name]
-    accepted = set(inspect.signature(fn).parameters) - {"hidden", "weight", "targets"}
+    accepted = set(loss_options(name))
     unknown = set(opts) - accepted
     if unknown:
         raise SeqencError(
             f"loss {name!r} got unknown options {sorted(unknown)}; it accepts {sorted(accepted)}"
         )
-    return fn(hidden, weight, targets, **opts)
+    return LOSSES[name](hidden, weight, targets, **opts)

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqenc.model.config import SCORED_POOLINGS
+
 
 def newest_state(hidden: Tensor, lengths: Tensor) -> Tensor:
     """``[B, d]`` the state at each row's newest real position of ``hidden`` ``[B, L, d]``
@@ -62,7 +64,7 @@ def entity_readout(
     positions (:func:`pool` of :func:`newest_state` or :func:`real_sum`, or with
     ``pooling="attention"`` :func:`attention_pool` of ``scores`` ``[B, L]``; ``"items"`` adds the
     per-item ``summaries`` ``[B, d]`` of :mod:`seqenc.model.item_readout` to that)."""
-    if pooling in ("attention", "items"):
+    if pooling in SCORED_POOLINGS:
         pooled = attention_pool(hidden, lengths, scores)
         if pooling == "items":
             pooled = pooled + summaries

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 from torch.linalg import vector_norm
 
 from seqenc.errors import SeqencError
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.masking import randint
+from seqenc.model.workspace import lending
 
 SAMPLERS = ("mixed", "mixed_uniform", "catalogue", "uniform", "in_batch")
 # Which rows' normalisers train the item table (seqenc.model.losses.partly_exact_log_softmax).
@@ -171,16 +173,16 @@ def hits(candidates: Tensor, group: Tensor, items: Tensor) -> tuple[Tensor, Tens
 
 class _SharedLogSumExp(torch.autograd.Function):
     """Each row's ``logsumexp`` of ``hidden @ vectors.T - log_count`` with the pairs ``(rows,
-    cols)`` left out: three passes over the ``[N, K]`` logits (the matmul, the logQ shift, ``exp``
-    in place and its row sums; no shift for ``log_count`` ``None``), whose exponentials are kept
-    for the two matmuls of the backward pass. ``-inf`` (gradient 0) for a row whose every
-    candidate is left out."""
+    cols)`` left out: three passes over the ``[N, K]`` logits (the matmul into ``matrix``'s
+    workspace, the logQ shift, ``exp`` in place and its row sums; no shift for ``log_count``
+    ``None``), whose exponentials are kept for the two matmuls of the backward pass. ``-inf``
+    (gradient 0) for a row whose every candidate is left out."""
 
     @staticmethod
-    def forward(ctx, hidden, vectors, log_count, rows, cols):
+    def forward(ctx, hidden, vectors, log_count, rows, cols, matrix):
         with torch.autocast(hidden.device.type, enabled=False):
             h, v = hidden.float(), vectors.float()
-            logits = h @ v.T
+            logits = torch.mm(h, v.T, out=matrix(len(h), len(v), h.device))
             if log_count is not None:
                 logits.sub_(log_count)
             if len(rows):
@@ -201,6 +203,7 @@ class _SharedLogSumExp(torch.autograd.Function):
         return sums.log() + shift[:, 0]
 
     @staticmethod
+    @once_differentiable  # exp (a lent workspace) is read here, never by a graph of this pass
     def backward(ctx, grad_out):
         h, v, exp, sums = ctx.saved_tensors
         scale = (grad_out / sums).where(sums > 0, 0.0)[:, None]
@@ -209,7 +212,7 @@ class _SharedLogSumExp(torch.autograd.Function):
             grad_h = ((exp @ v) * scale).to(ctx.dtypes[0])
         if ctx.needs_input_grad[1]:
             grad_v = (exp.T @ (h * scale)).to(ctx.dtypes[1])
-        return grad_h, grad_v, None, None, None
+        return grad_h, grad_v, None, None, None, None
 
 
 class _ScaleGradient(torch.autograd.Function):
@@ -241,7 +244,8 @@ def shared_logsumexp(
     ``(rows, cols)`` pairs excluded, at three passes over the logits (:class:`_SharedLogSumExp`)."""
     if left_out is None:
         left_out = (torch.zeros(0, dtype=torch.long, device=hidden.device),) * 2
-    return _SharedLogSumExp.apply(hidden, vectors, log_count, *left_out)
+    with lending() as matrix:  # the logits' memory: reused, never while a backward may read it
+        return _SharedLogSumExp.apply(hidden, vectors, log_count, *left_out, matrix)
 
 
 def sampled_log_softmax(

@@ -4,10 +4,9 @@ it, and the term a run resumed from a checkpoint goes on with."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from seqenc.model.losses import LOSSES
+from seqenc.model.losses import LOSSES, RUN_OWN_OPTIONS, loss_options
 from seqenc.model.sampled import EXACT_SHARE, ITEM_GRADIENT, N_NEGATIVES
 
 # From this many real items on, ``loss: auto`` trains with the sampled term at its defaults (each
@@ -22,11 +21,9 @@ SAMPLED_FROM_ITEMS = 10_000
 # and the sampled one once per item (so below about this size the sampled step is barely cheaper:
 # benchmarks/sampled_cost.py), and the masked (cloze) objective, whose sampled term is unmeasured.
 SAMPLED_FROM_ITEMS_UNMEASURED = 50_000
-# A loss's arguments that are not what it learns: its inputs, the run's own (drawn or built per
-# run) and how it is computed (chunks, the matmuls' precision).
-NOT_LEARNED = frozenset(
-    ("hidden", "weight", "targets", "generator", "proposal", "groups", "chunk_size", "matmul_dtype")
-)
+# A loss's options that are not what it learns: the run's own (drawn or built per run) and how it
+# is computed (chunks, the matmuls' precision).
+NOT_LEARNED = RUN_OWN_OPTIONS | {"chunk_size", "matmul_dtype"}
 # The sampled term's defaults before they moved: what a checkpoint that does not record its
 # options may have trained with.
 EARLIER_DEFAULTS = {"n_negatives": 1024, "item_gradient": "all_rows"}
@@ -100,8 +97,7 @@ def loss_defaults(loss: str) -> dict[str, Any]:
     candidates, their draw and which rows train the item table; none for ``ce``)."""
     if loss not in LOSSES:  # "auto", as a checkpoint of an older version may hold
         return {}
-    parameters = inspect.signature(LOSSES[loss]).parameters.items()
-    return {name: p.default for name, p in parameters if name not in NOT_LEARNED}
+    return {name: d for name, d in loss_options(loss).items() if name not in NOT_LEARNED}
 
 
 def recorded_options(loss: str, options: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -3,7 +3,6 @@ data, the options that would be ignored refused, and which options a resumed run
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import asdict, fields, replace
 from typing import Any
@@ -13,7 +12,7 @@ from seqenc.data.spec import DataSpec
 from seqenc.errors import SeqencError, ignored
 from seqenc.model.batch import N_SPECIAL
 from seqenc.model.encoder import EncoderConfig
-from seqenc.model.losses import LOSSES, MATMUL_DTYPES
+from seqenc.model.losses import LOSSES, MATMUL_DTYPES, RUN_OWN_OPTIONS, loss_options
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import ITEM_GRADIENTS, SAMPLERS
 from seqenc.training.basket_plan import check_basket_options
@@ -235,8 +234,7 @@ def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
         return
     if not isinstance(given, dict):
         raise SeqencError(f"model.loss_options must be a mapping, got {given!r}")
-    taken = set(inspect.signature(LOSSES[loss]).parameters) - {"hidden", "weight", "targets"}
-    taken -= {"generator", "proposal", "groups"}  # the run's own
+    taken = set(loss_options(loss)) - RUN_OWN_OPTIONS
     unknown = sorted(set(given) - taken)
     if unknown:
         raise SeqencError(
