@@ -371,13 +371,16 @@ def finetune_fold(
     k: int,
     kind: str,
     classes: list,
+    train_share: float | None = None,
 ) -> dict[str, float]:
-    """One fold ``k`` of the probes' folds of ``rows``: ``seqenc fit`` with
+    """One fold ``k`` of the probes' folds of ``rows`` (its training rows a ``train_share`` of
+    them: :func:`share_of`): ``seqenc fit`` with
     ``configs/finetune.yaml`` on the training fold's labels (from the run's self-supervised bundle
     when it has one, layered on the configs it was trained with; else from scratch), its
     checkpoint picked on a share of the training fold; scored on the held-out fold."""
     _, y, _, splits = cv_folds(rows[task].to_numpy())
     train, test = splits[k]
+    train = train if train_share is None else share_of(train, y, train_share, k)
     if set(rows[on[0]].iloc[train]) & set(rows[on[0]].iloc[test]):
         sys.exit(f"{task}: an entity has rows in both the training and the test fold")
     start = "init" if run.bundle is not None else "scratch"
@@ -396,6 +399,21 @@ def finetune_fold(
     output = _in_classes(output, tuned, classes, kind)
     print(f"  {task}/fine-tuned fold {k}: {len(rows_at)} rows, trained in {wall:.0f} s", flush=True)
     return prediction_scores(kind, y[test][rows_at], output)
+
+
+def share_of(train: np.ndarray, y: np.ndarray, share: float, k: int) -> np.ndarray:
+    """A fixed draw (seeded by the fold ``k``) of ``share`` of the training rows ``train``,
+    stratified by class for coded labels (at least 2 rows a class): few labels, every event."""
+    from sklearn.model_selection import train_test_split
+
+    if share >= 1:
+        return train
+    classes = y.dtype.kind in "iu"
+    n = max(int(round(share * len(train))), 2 * (len(np.unique(y[train])) if classes else 1))
+    kept, _ = train_test_split(
+        train, train_size=n, random_state=k, stratify=y[train] if classes else None
+    )
+    return np.sort(kept)
 
 
 def held_predictions(
@@ -635,6 +653,13 @@ def main() -> None:
         "here with configs/entity_pretrain.yaml (its embeddings probed too)",
     )
     parser.add_argument(
+        "--train-share",
+        type=float,
+        default=None,
+        help="fold mode: probes and fine-tuning read this share of each training fold's labels "
+        "(a fixed stratified draw per fold); every entity's events stay in the log",
+    )
+    parser.add_argument(
         "--no-gru", action="store_true", help="fold mode: skip the reference GRU (ICU stays)"
     )
     parser.add_argument("extra", nargs="*", help="more `seqenc fit` overrides (after --)")
@@ -823,6 +848,8 @@ def fold_scores(
         x = {name: _aligned(rows, frame, on, name) for name, frame in sets.items()}
         for k in args.folds:
             train, test = splits[k]
+            if args.train_share is not None:
+                train = share_of(train, y, args.train_share, k)
             scores = out[str(k)].setdefault(task, {})
             for model in models:
                 for name in sets:
@@ -839,7 +866,9 @@ def fold_scores(
             if args.finetune:
                 clock = time.perf_counter()
                 tuned = f"finetuned/{args.finetune}"  # scratch and init runs merge side by side
-                scores[tuned] = finetune_fold(fits, rows, task, on, events, k, kind, classes)
+                scores[tuned] = finetune_fold(
+                    fits, rows, task, on, events, k, kind, classes, args.train_share
+                )
                 fit_s[f"{task}/{tuned}/{k}"] = time.perf_counter() - clock
             print(f"fold {k} {task}: " + json.dumps(scores), flush=True)
     command = "OMP_NUM_THREADS=1 python benchmarks/downstream.py " + " ".join(sys.argv[1:])
