@@ -17,21 +17,26 @@ import torch
 from seqenc.bundle import load_bundle, save_bundle
 from seqenc.cli import main
 from seqenc.data.datamodule import LabelledDataset
-from seqenc.data.labels import labelled_view, read_labels
+from seqenc.data.labels import LabelledRows, labelled_view, read_labels
+from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
+from seqenc.data.vocab import Vocabularies, Vocabulary
 from seqenc.errors import SeqencError
+from seqenc.finetune.build import label_module
 from seqenc.evaluate import cv_folds, prediction_scores, probe
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
-from seqenc.training.label_head import label_score
-from seqenc.training.label_plan import (
+from seqenc.finetune.loss import label_score
+from seqenc.finetune.plan import (
     MIN_LABEL_STEPS,
     check_label_options,
     class_weights,
     label_schedule,
 )
 from tests.tiny import SCHEMA, fit, label_fit, tiny_events
+
+SMALL = EncoderConfig(d_model=8, n_heads=2)
 
 
 @pytest.fixture(scope="module")
@@ -223,9 +228,17 @@ def test_class_weights_favour_rare_classes_clipped_and_overridable():
     assert class_weights(targets, [0, 1], "none")[0] is None
     assert class_weights(targets, [0, 1], [1.0, 3.0])[0].tolist() == [1.0, 3.0]
     binary = {"task": "classification", "classes": [0, 1]}
-    for bad in ([1.0], [1.0, float("inf")], [1.0, 0.0], [1.0, float("nan")]):
-        with pytest.raises(SeqencError, match="2 finite positive weights"):
+    # checked in the float32 the loss computes in: 1e300 is infinite there, 5e-324 zero; and a
+    # bounded ratio (issue 67: 1e300 ended in an AttributeError, 5e-324 in a nan loss)
+    bad_weights = ([1.0], [1.0, float("inf")], [1.0, 0.0], [1.0, float("nan")], [1.0, 1e300],
+                   [1.0, 5e-324], [1.0, 1e-30], [1e6, 1.0], ["a", 1.0])  # fmt: skip
+    for bad in bad_weights:
+        with pytest.raises(
+            SeqencError, match="2 weights expected .* positive and finite in float32"
+        ):
             check_label_options(bad, None, binary)
+    check_label_options([1e30, 1e30], None, binary)  # large but equal: the loss is scale-free
+    check_label_options([1.0, 1e4], None, binary)
     with pytest.raises(SeqencError, match="must be auto, none or a list"):
         check_label_options("balanced", None, binary)
 
@@ -267,7 +280,7 @@ def test_the_labelled_score_is_sklearns_roc_auc_and_r2():
 
 
 def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
-    from seqenc.evaluate.label_baseline import LabelBaselines
+    from seqenc.finetune.baseline import LabelBaselines
 
     estimators = importlib.import_module("seqenc.evaluate.estimators")
 
@@ -275,11 +288,11 @@ def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
         raise SeqencError("seqenc.evaluate.probe needs scikit-learn: pip install 'seqenc[eval]'")
 
     monkeypatch.setattr(estimators, "sklearn_modules", missing)
-    module = SimpleNamespace(
-        encoder=SimpleNamespace(head=SupervisedHead(4, "classification", [0, 1]))
-    )
-    datamodule = SimpleNamespace(labelled_splits=(None, SimpleNamespace(rows=np.arange(10))))
-    trainer = SimpleNamespace(datamodule=datamodule, is_global_zero=True, callback_metrics={})
+    labels = {"task": "classification", "classes": [0, 1], "center": 0.0, "scale": 1.0}
+    spec = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), 8, labels=labels)
+    held = SimpleNamespace(rows=np.arange(10), targets=np.arange(10) % 2)
+    module = label_module(spec, LabelledRows(held, held, as_of=False), encoder=SMALL)
+    trainer = SimpleNamespace(is_global_zero=True, callback_metrics={})
     LabelBaselines().on_test_end(trainer, module)
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (

@@ -138,7 +138,7 @@ def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
     from sklearn.linear_model import LogisticRegression
 
     from seqenc.model.head import SupervisedHead
-    from seqenc.training.wide_start import PENALTIES, fit_wide_start
+    from seqenc.finetune.wide_start import PENALTIES, fit_wide_start
 
     rng = np.random.default_rng(0)
     n, k = 400, 6
@@ -167,7 +167,7 @@ def test_the_wide_starts_penalty_is_the_lowest_held_out_log_loss() -> None:
     by held-out log loss (the probe's rule). A rare class and few rows, where a held-out AUC ties
     and the class weights would tilt the fit, are the case it must get right."""
     from seqenc.model.head import SupervisedHead
-    from seqenc.training.wide_start import PENALTIES, fit_wide_start
+    from seqenc.finetune.wide_start import PENALTIES, fit_wide_start
 
     rng = np.random.default_rng(3)
     n, k = 150, 12
@@ -193,7 +193,7 @@ def _reference_losses(z: np.ndarray, y: np.ndarray) -> list[float]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import log_loss
 
-    from seqenc.training.wide_start import FOLDS, PENALTIES
+    from seqenc.finetune.wide_start import FOLDS, PENALTIES
 
     folds = np.random.default_rng(0).permutation(len(y)) % FOLDS
     means = []
@@ -216,7 +216,7 @@ def test_the_wide_start_reads_the_per_value_statistics_where_they_lower_the_held
     0); carrying the label, they are read. The choice and the printed losses against
     scikit-learn's search on each set of columns."""
     from seqenc.model.head import SupervisedHead
-    from seqenc.training.wide_start import fit_wide_start, value_stat_columns
+    from seqenc.finetune.wide_start import fit_wide_start, value_stat_columns
 
     rng = np.random.default_rng(5)
     n, base, extra = 120, 3, 40
@@ -266,7 +266,7 @@ def test_a_fused_head_starts_as_the_aggregates_model_and_keeps_it() -> None:
     """The readout's map starts at zero: the outputs are the wide part's whatever the readout;
     the wide part is fitted and frozen (no gradient reaches it), the readout's map trains."""
     from seqenc.model.head import SupervisedHead
-    from seqenc.training.wide_start import fit_wide_start
+    from seqenc.finetune.wide_start import fit_wide_start
 
     rng = np.random.default_rng(1)
     wide = rng.gamma(2.0, 3.0, size=(60, 3)).astype(np.float32)

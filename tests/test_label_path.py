@@ -21,7 +21,7 @@ from seqenc.data.sequences import build_sequences
 from seqenc.errors import SeqencError
 from seqenc.evaluate.probe import probe_task
 from seqenc.scores import class_scores, prediction_scores, r2
-from seqenc.training.label_head import label_score
+from seqenc.finetune.loss import label_score
 
 FIT = [
     "--data.path", "events.parquet",
@@ -170,7 +170,7 @@ def test_a_five_row_label_table_trains_and_scores(tmp_path, monkeypatch, capsys,
         (
             pd.DataFrame({"entity_id": IDS, "y": np.arange(len(IDS)) % 2}),
             ["--model.class_weights", "[1.0, .inf]"],
-            "2 finite positive weights expected",
+            "2 weights expected (classes [0, 1]), each positive and finite in float32",
         ),
         (
             pd.DataFrame({"entity_id": IDS, "y": np.arange(len(IDS)) % 2}),

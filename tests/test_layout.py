@@ -49,6 +49,7 @@ LAYERS = [
         "seqenc.encoding.spark",
         "seqenc.encoding.onnx",
     ],
+    ["seqenc.finetune"],  # fine-tuning: the label module, its plan, wide start and baseline
     ["seqenc.cli", "seqenc.commands"],
 ]
 

@@ -156,12 +156,13 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     masking options with the masked objective, where they apply)."""
     import inspect
 
+    from seqenc.commands.model import fit_model
     from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, SHAPE_OPTIONS
 
     def shapes(spec: DataSpec = SPEC, **options) -> dict:
         encoder = EncoderConfig(**{k: v for k, v in options.items() if k in ENCODER_FIELDS})
         rest = {k: v for k, v in options.items() if k not in ENCODER_FIELDS}
-        module = SeqencModule(spec, encoder=encoder, **rest)
+        module = fit_model(spec, encoder=encoder, **rest)
         return {k: v.shape for k, v in module.state_dict().items()}
 
     values = {
@@ -186,11 +187,20 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     }  # fmt: skip
     options = [
         p
-        for p in inspect.signature(SeqencModule).parameters
+        for p in inspect.signature(fit_model).parameters
         # init_from: tests/test_finetune.py; basket_positives and basket_steps need a basket log
         # and only pick the loss's terms (tests/test_purchases.py) and the schedule
-        # (tests/test_basket_plan.py)
-        if p not in ("spec", "encoder", "init_from", "basket_positives", "basket_steps")
+        # (tests/test_basket_plan.py); labelled and splits are the data's, handed by the CLI
+        if p
+        not in (
+            "spec",
+            "encoder",
+            "init_from",
+            "basket_positives",
+            "basket_steps",
+            "labelled",
+            "splits",
+        )  # fmt: skip
     ]
     # recency is refused for new models (tested below); the data decides the others
     options += sorted(ENCODER_FIELDS - set(FROM_DATA) - {"recency"})

@@ -12,7 +12,6 @@ from jsonargparse import Namespace
 
 from seqenc.atomic import check_room
 from seqenc.errors import SeqencError
-from seqenc.scores import score_name
 from seqenc.training.callbacks import ConfiguredEarlyStopping
 from seqenc.training.saving import checkpoint_size
 
@@ -25,10 +24,9 @@ def check_monitors(model: pl.LightningModule, trainer: pl.Trainer) -> None:
     validation: Lightning's early stopping would skip another one, silently."""
     with warnings.catch_warnings():  # a fresh metric's names: computed before any update
         warnings.simplefilter("ignore")
-        logged = {f"val/{k}" for k in type(model.val_metrics)(model.hparams.ks).compute()}
-    head = model.encoder.head
-    if head is not None:  # MONITOR becomes the labelled score (SeqencCLI._fine_tuning)
-        logged |= {"val/loss", LABEL_MONITOR, f"val/{score_name(head.task)}", MONITOR}
+        logged = model.monitored()
+    if LABEL_MONITOR in logged:  # fine-tuning: MONITOR becomes the labelled score (before_fit)
+        logged.add(MONITOR)
     for callback in trainer.callbacks:
         monitor = getattr(callback, "monitor", None)
         if monitor is not None and monitor not in logged:

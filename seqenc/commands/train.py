@@ -1,5 +1,5 @@
-"""``seqenc fit|validate|test``: LightningCLI over :class:`~seqenc.training.module.SeqencModule` and
-:class:`~seqenc.data.datamodule.SequenceDataModule`, with the run folder, checkpoints and bundle
+"""``seqenc fit|validate|test``: LightningCLI over :func:`~seqenc.commands.model.fit_model` (the
+next-event or the fine-tuning module) and :class:`~seqenc.data.datamodule.SequenceDataModule`, with the run folder, checkpoints and bundle
 set up, resume options checked, old option names answered in one line, and a curated ``--help``
 (``--help-all`` for LightningCLI's full list)."""
 
@@ -33,20 +33,21 @@ from seqenc.commands.fit_checks import (
     run_directories,
 )
 from seqenc.commands.init_from import adopt_bundle
+from seqenc.commands.model import fit_model
 from seqenc.commands.trainer_defaults import MAX_EPOCHS, run_name, trainer_defaults
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.processes import check_processes
 from seqenc.data.schema import EventSchema
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
+from seqenc.finetune.module import LabelModule
+from seqenc.finetune.plan import set_label_schedule
 from seqenc.model.encoder import EncoderConfig
 from seqenc.signals import sigterm_raises
 from seqenc.training.basket_plan import resolve_stopping, set_basket_schedule
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping, WriteBundle
 from seqenc.training.checkpoint import load_checkpoint
-from seqenc.training.label_plan import set_label_schedule
 from seqenc.training.loss_choice import resume_loss
-from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import ENCODER_FIELDS, FROM_DATA, check_trainer, resume_options
 
 
@@ -88,7 +89,13 @@ class SeqencCLI(LightningCLI):
         return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("data.spec", "model.spec", apply_on="instantiate")
+        # the model is handed what it reads of the data (never through the trainer)
+        for source, target in (
+            ("spec", "spec"),
+            ("labelled", "labelled"),
+            ("fit_splits", "splits"),
+        ):
+            parser.link_arguments(f"data.{source}", f"model.{target}", apply_on="instantiate")
         # Early stopping as its own config section, so a run can relax it: with a cosine schedule
         # the validation curve is noisy while the learning rate is high.
         parser.add_lightning_class_args(ConfiguredEarlyStopping, "early_stopping")
@@ -165,7 +172,7 @@ class SeqencCLI(LightningCLI):
         stopping = next(
             (c for c in self.trainer.callbacks if isinstance(c, ConfiguredEarlyStopping)), None
         )
-        if self.model.encoder.head is not None:  # fine-tuning: the labelled score picks
+        if isinstance(self.model, LabelModule):  # fine-tuning: the labelled score picks
             for callback in self.trainer.callbacks:
                 if getattr(callback, "monitor", None) == MONITOR:
                     callback.monitor = LABEL_MONITOR
@@ -257,7 +264,7 @@ def main(argv: list[str], given: list[str] | None) -> None:
     with one_line_errors(f"seqenc {argv[0]}"), held_output() as release, sigterm_raises():
         check_renamed(argv)
         SeqencCLI(
-            SeqencModule,
+            fit_model,
             SequenceDataModule,
             trainer_defaults=trainer_defaults(run_name(argv)),
             # Only fit saves its config (into the run folder); test / validate have no run folder.
@@ -326,7 +333,7 @@ def _defaults() -> dict[str, object]:
         "trainer.devices": "auto",
         "early_stopping.patience": f"null: {PATIENCE}, a next-basket fit's own",
     }
-    for section, cls in (("data", SequenceDataModule), ("model", SeqencModule)):
+    for section, cls in (("data", SequenceDataModule), ("model", fit_model)):
         for name, p in inspect.signature(cls).parameters.items():
             found[f"{section}.{name}"] = p.default
     for prefix, cls in (("data.schema", EventSchema), ("model.encoder", EncoderConfig)):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from seqenc.cli_support import config_paths, default_logger_classes
 from seqenc.commands.fit_checks import MONITOR
-from seqenc.evaluate.label_baseline import LabelBaselines
-from seqenc.training.callbacks import Baselines, WriteBundle
+from seqenc.finetune.baseline import LabelBaselines
+from seqenc.training.baseline_report import Baselines
+from seqenc.training.callbacks import WriteBundle
 from seqenc.training.saving import AtomicCheckpoint
 
 MAX_EPOCHS = 20

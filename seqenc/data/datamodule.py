@@ -20,6 +20,7 @@ from seqenc.data.events import Events, read_events
 from seqenc.data.hashing import Shard
 from seqenc.data.label_aggregates import label_aggregates
 from seqenc.data.labels import (
+    LabelledRows,
     LabelledView,
     Labels,
     LabelTask,
@@ -42,9 +43,9 @@ from seqenc.data.sequences import (
 )
 from seqenc.data.spec import DataSpec
 from seqenc.data.split import (
+    FitSplits,
     SequenceView,
     entity_subset,
-    flat_events,
     leave_one_out,
     training_windows,
 )
@@ -97,11 +98,9 @@ class SequenceDataModule(pl.LightningDataModule):
             time are a set, the test target the newest basket, the validation target the one
             before, and the model trains without the order inside a basket. ``None`` (the
             default) decides from the data (tied test targets, printed at fit time).
-        labels: a label table (Parquet / CSV; in Python a DataFrame) for supervised fine-tuning:
-            the model then trains a label head on the entity readout
-            (:mod:`seqenc.model.head`), each sample an entity's history up to its row's
-            ``as_of_column`` (all of it when the table has no such column). ``None``: the
-            self-supervised fit (leave-one-out next-event splits).
+        labels: a label table (Parquet / CSV; a DataFrame) to fine-tune on (:mod:`seqenc.finetune`),
+            each sample an entity's history up to its row's ``as_of_column`` (all of it without
+            one). ``None``: the self-supervised fit (leave-one-out next-event splits).
         label_column, as_of_column, label_task: the label, the per-row cut-off (``None``: the
             column ``as_of`` if there; a named one must exist), and ``classification`` /
             ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
@@ -297,9 +296,17 @@ class SequenceDataModule(pl.LightningDataModule):
         return *(replace(s, aggregates=values[s.rows]) for s in (train, val)), layout
 
     @property
-    def labelled_splits(self) -> tuple[LabelledView, LabelledView]:
-        """(train, validation) labelled samples, each with its aggregates."""
-        return self._labelled[:2]
+    def labelled(self) -> LabelledRows | None:
+        """The (train, validation) labelled samples, each with its aggregates: what a fine-tuning
+        module is handed (the CLI links it); ``None`` without labels."""
+        if self.labels is None:
+            return None
+        return LabelledRows(*self._labelled[:2], as_of=self.label_table.as_of is not None)
+
+    @property
+    def fit_splits(self) -> FitSplits:
+        """What a next-event module is handed (the CLI links it): :attr:`splits`, when read."""
+        return FitSplits(lambda: self.splits, sharded=self.shard_entities)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: the spec, plain data only."""
@@ -311,12 +318,6 @@ class SequenceDataModule(pl.LightningDataModule):
         if vocabs != self.vocabs:
             self._restored_vocabs, self._vocabs_source = vocabs, "the checkpoint"
             self._forget(("_built", "_catalogue", "basket_protocol", "splits", "spec"))
-
-    def item_counts(self, n_items: int) -> np.ndarray:
-        """``[n_items]`` int64 item counts of the training split (the sampled softmax's proposal)."""
-        train = self.splits[0]
-        _, event = flat_events(train, np.arange(len(train)))
-        return np.bincount(self.store.items[event], minlength=n_items)[:n_items]
 
     @cached_property
     def history_len(self) -> int:
@@ -381,7 +382,7 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         if self.labels is not None:
-            return self._labelled_loader(self.labelled_splits[0], train=True)
+            return self._labelled_loader(self.labelled.train, train=True)
         train = self.splits[0]
         if self.windows:
             train = training_windows(train, self.window_len)
@@ -391,10 +392,10 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         if self.labels is not None:
-            return self._labelled_loader(self.labelled_splits[1], train=False)
+            return self._labelled_loader(self.labelled.held, train=False)
         return self._loader(self.splits[1], train=False, with_seen=True)
 
     def test_dataloader(self) -> DataLoader:
         if self.labels is not None:  # the held-out labelled entities (no separate test split)
-            return self._labelled_loader(self.labelled_splits[1], train=False)
+            return self._labelled_loader(self.labelled.held, train=False)
         return self._loader(self.splits[2], train=False, with_seen=True)

@@ -7,7 +7,7 @@ column ``names`` and the training rows' ``center`` and ``scale`` of each column 
 (counts and amounts are heavy-tailed), which the head standardises with
 (:class:`~seqenc.model.head.SupervisedHead`). The spec gives the :data:`LIMIT` most frequent items
 and values of each categorical column their own columns, with the per-value mean, min, max and
-last of each numeric column. The fit's printed baseline (:mod:`seqenc.evaluate.label_baseline`)
+last of each numeric column. The fit's printed baseline (:mod:`seqenc.finetune.baseline`)
 reads these very columns.
 """
 

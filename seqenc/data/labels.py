@@ -257,6 +257,16 @@ class LabelledView:
     aggregates: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class LabelledRows:
+    """What a fine-tuning fit is handed of its label table: the training and held-out labelled
+    samples (each with its aggregates) and whether each row was read up to its own ``as_of``."""
+
+    train: LabelledView
+    held: LabelledView
+    as_of: bool
+
+
 def labelled_view(store: SequenceStore, labels: Labels) -> LabelledView:
     """Each label row's history in ``store``: the entity's events at or before its ``as_of`` (all
     of them without one). Rows whose entity has no such event are counted, logged and left out."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,25 @@ class SequenceView:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+@dataclass(frozen=True)
+class FitSplits:
+    """A datamodule's (train, validation, test) views, read when first asked: a module is handed
+    this when it is built (the CLI links it from the datamodule) and reads it when its fit
+    starts, so each process of a sharded run reads its own entities (``sharded``), never through
+    the trainer."""
+
+    read: Callable[[], tuple[SequenceView, SequenceView, SequenceView]]
+    sharded: bool = False
+
+    @property
+    def train(self) -> SequenceView:
+        return self.read()[0]
+
+    @property
+    def test(self) -> SequenceView:
+        return self.read()[2]
 
 
 def ragged_positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -97,7 +97,9 @@ def export_embeddings(
     read = [*files, *bundle_inputs(model), *([options.onnx] if options.onnx else [])]
     output, scratch = _target(output, trainer.world_size, read)
     datamodule = ExportDataModule(files, bundle, options, scratch, run)
-    writer = ParquetPredictionWriter(output, scratch, last, run.row_group_size, run.progress)
+    writer = ParquetPredictionWriter(
+        output, scratch, last, datamodule, run.row_group_size, run.progress
+    )
     trainer.callbacks.append(writer)
     _predict(trainer, EmbeddingModule(), datamodule, scratch)
     if trainer.is_global_zero:

@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from seqenc.atomic import move_into_place
 from seqenc.encoding import Chunk, LastStep
+from seqenc.export.predict import ExportDataModule
 from seqenc.export.scratch import Scratch
 
 
@@ -26,11 +27,12 @@ class ParquetPredictionWriter(BasePredictionWriter):
         output: Path,
         scratch: Scratch,
         last: LastStep,
+        data: ExportDataModule,
         row_group_size: int = 65536,
         progress: bool = True,
     ) -> None:
         super().__init__("batch")
-        self.output, self.scratch, self.last = output, scratch, last
+        self.output, self.scratch, self.last, self.data = output, scratch, last, data
         self.row_group_size, self.progress = row_group_size, progress
         self._writer: pq.ParquetWriter | None = None
         self._buffer: list[pa.Table] = []
@@ -41,7 +43,7 @@ class ParquetPredictionWriter(BasePredictionWriter):
         self.rank, self.world_size = trainer.global_rank, trainer.world_size
         self.shard_dir = self.scratch.path / "output"
         self.shard_dir.mkdir(parents=True, exist_ok=True)
-        self.schema = self.last.schema(trainer.datamodule.entity_type)
+        self.schema = self.last.schema(self.data.entity_type)  # the partitions' id type
         self._writer = pq.ParquetWriter(
             self.shard_dir / f"part-{self.rank:05d}.parquet", self.schema
         )

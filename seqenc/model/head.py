@@ -9,7 +9,7 @@ head's description (:meth:`SupervisedHead.describe`) is plain JSON data: a bundl
 A fused head (``aggregates``) also reads a wide input: the entity's hand-made aggregates
 (:mod:`seqenc.data.aggregates`, computed from the same events at the same cut-off), standardised
 with the training rows' statistics (stored in its layout) through their own linear map (fitted
-before training: :mod:`seqenc.training.wide_start`), beside the readout's, which starts at zero;
+before training: :mod:`seqenc.finetune.wide_start`), beside the readout's, which starts at zero;
 the encoder is trained on the label through both and through a map of its own (wide and deep).
 """
 

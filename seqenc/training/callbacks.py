@@ -1,5 +1,6 @@
-"""Lightning callbacks of the ``seqenc`` command: early stopping that resumes as configured, the
-bundle written when fitting ends, and the trivial baselines printed beside every test."""
+"""Lightning callbacks of the ``seqenc`` command: early stopping that resumes as configured, and
+the bundle written when fitting ends (the baselines printed beside a test:
+:mod:`seqenc.training.baseline_report`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ from pathlib import Path
 from typing import Literal
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from seqenc.bundle import save_bundle
 from seqenc.data.bounds import check_count
-from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError
-from seqenc.training.baselines import Reduce, baseline_metrics, baseline_names
 from seqenc.training.checkpoint import bundle_from_checkpoint
 
 PATIENCE = 10  # validations without gain before a run stops, unless the fit sets its own
@@ -128,78 +126,3 @@ def kept_checkpoint(trainer: pl.Trainer) -> str:
         if isinstance(c, ModelCheckpoint) and (c.monitor is None) == bool(last)
     ]
     return checkpoints[0].best_model_path if checkpoints else ""
-
-
-class Baselines(Callback):
-    """After ``test``, the trivial baselines on the same split and metrics: popularity, "repeat
-    the most recent distinct items" (its HR@1: repeat the last item), "the entity's most frequent
-    items" and, with timestamps, its purchases decayed by their age
-    (:mod:`seqenc.training.baselines`), printed beside the model's figures and logged as
-    ``baseline/<name>/<metric>``, with the share of repeated targets.
-
-    When every process reads the whole log, the first computes them alone; when each holds its
-    own entities (``data.shard_entities``), each computes on its own and the sums are reduced,
-    so the figures are those of every entity, as the model's are."""
-
-    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        datamodule = trainer.datamodule
-        if not isinstance(datamodule, SequenceDataModule):
-            return
-        sharded = trainer.world_size > 1 and datamodule.shard_entities
-        if not (sharded or trainer.is_global_zero):
-            return
-        if pl_module.encoder.head is not None:
-            return  # no next-event test to compare with (a label head's fit tests its labels)
-        train, _, test = datamodule.splits
-        values = baseline_metrics(
-            train,
-            test,
-            pl_module.hparams.ks,
-            pl_module.filter_seen,
-            n_items=pl_module.spec.n_items,
-            reduce=_summed_over(trainer) if sharded else None,
-        )
-        if trainer.is_global_zero:
-            names = baseline_names(test)
-            _report(trainer, values, pl_module.filter_seen, names, test.target_ends is not None)
-            for logger in trainer.loggers:
-                logger.log_metrics({f"baseline/{k}": v for k, v in values.items()})
-
-
-def _summed_over(trainer: pl.Trainer) -> Reduce:
-    """A tensor summed over the run's processes (on the device their collectives use)."""
-    strategy = trainer.strategy
-
-    def reduce(value: torch.Tensor) -> torch.Tensor:
-        return strategy.reduce(value.to(strategy.root_device), reduce_op="sum").cpu()
-
-    return reduce
-
-
-def _report(
-    trainer: pl.Trainer,
-    values: dict[str, float],
-    filter_seen: bool,
-    baselines: tuple[str, ...],
-    baskets: bool,
-) -> None:
-    """Print the model's test figures, the baselines' below them and the model's intervals."""
-    model = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
-    names = [k for k in model if k != "test/repeat_targets"]
-    rows = [("model", [model[k] for k in names])] + [
-        (f"baseline/{b}", [values[f"{b}/{k.removeprefix('test/')}"] for k in names])
-        for b in baselines
-    ]
-    width = max(len(k) for k in names)
-    kind = "target baskets (items)" if baskets else "targets"
-    print(
-        f"test split: {int(values['n_targets'])} {kind}, {values['share_repeat_targets']:.1%} "
-        f"repeat an item of their history; seen items {'filtered' if filter_seen else 'kept'}"
-    )
-    print(f"{'':<20}" + "".join(f"{k.removeprefix('test/'):>{width}}" for k in names))
-    for label, numbers in rows:
-        print(f"{label:<20}" + "".join(f"{v:>{width}.4f}" for v in numbers))
-    half = trainer.callback_metrics
-    if f"test_ci95/{names[0].removeprefix('test/')}" in half:
-        cells = [float(half[f"test_ci95/{k.removeprefix('test/')}"]) for k in names]
-        print(f"{'±, 0.95 interval':<20}" + "".join(f"{v:>{width}.4f}" for v in cells))

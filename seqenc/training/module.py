@@ -4,44 +4,31 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 from dataclasses import asdict
 from typing import Any, Literal
 
-import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_info
-from torch.optim.lr_scheduler import LambdaLR
 
-from seqenc.bundle import load_bundle
-from seqenc.data.datamodule import SequenceDataModule
-from seqenc.data.numeric import unrecorded_shares, view_statistics
 from seqenc.data.spec import DataSpec
-from seqenc.errors import SeqencError
+from seqenc.data.split import FitSplits
 from seqenc.model.batch import N_SPECIAL, Batch
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.objectives import Causal, Masked
-from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.sampled import Proposal
+from seqenc.training.baselines import item_counts
 from seqenc.training.basket_plan import describe_baskets, resolve_positives
-from seqenc.training.label_head import LabelHead
-from seqenc.training.label_plan import ClassWeights
+from seqenc.training.encoder_module import EncoderModule
 from seqenc.training.loss_choice import loss_line, recorded_options, resolve_loss, what_trains
 from seqenc.training.metrics import BasketMetrics, RankingMetrics
-from seqenc.training.run_options import (
-    REPEAT_SHARE,
-    check_options,
-    resolve_encoder,
-    shape_mismatch,
-)
+from seqenc.training.run_options import REPEAT_SHARE, check_options, resolve_encoder
 from seqenc.training.self_supervised import SelfSupervised, resolve_value_weight
 
 log = logging.getLogger(__name__)
-LabelledBatch = tuple[Batch, torch.Tensor] | list  # a batch of labelled samples and its targets
 
 
-class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
+class SeqencModule(SelfSupervised, EncoderModule):
     """A sequence encoder trained with a SASRec (causal) or BERT4Rec (masked) objective.
 
     Args:
@@ -89,18 +76,14 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             basket protocol, ``spec.baskets``: :class:`~seqenc.training.metrics.BasketMetrics`).
         init_from: a bundle whose encoder weights start the training (the CLI reads the data with
             its vocabularies); the architecture options must give its shapes (else one line).
-        class_weights: with a label table, the label loss's class weights: ``"auto"`` (rare
-            classes weigh more), ``"none"`` or one per class (:func:`~seqenc.training.label_plan.class_weights`).
-        fusion: with a label table, ``"aggregates"`` adds each row's aggregates
-            (:mod:`seqenc.data.label_aggregates`) to the head; or ``"none"``.
-        label_steps: with a label table, the fit's optimizer steps; ``None``: from the number of
-            labelled training rows (:func:`~seqenc.training.label_plan.label_schedule`, printed).
+        splits: the data's splits (:attr:`SequenceDataModule.fit_splits
+            <seqenc.data.datamodule.SequenceDataModule.fit_splits>`; the CLI links it), read when
+            the fit starts: the per-item numeric statistics and the sampled term's proposal come
+            from its training events, and the test's baselines from its splits. ``None``: the
+            encoder's own statistics and a uniform proposal.
 
-    With a label table (``spec.labels``, from ``data.labels``) the encoder gets a label head
-    (:class:`~seqenc.model.head.SupervisedHead`) on its entity readout, its loss added to the terms
-    above (which may then both be 0); validation and test score the held-out labelled entities
-    (``val/score``, :func:`~seqenc.training.label_head.label_score`: ROC-AUC or R², also under its
-    name), which picks the checkpoint and drives early stopping.
+    A label table is fine-tuned by :class:`~seqenc.finetune.module.LabelModule` (the CLI builds
+    it when ``data.labels`` is set: :func:`~seqenc.commands.model.fit_model`).
     """
 
     def __init__(
@@ -126,14 +109,12 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         basket_steps: int | None = None,
         ks: tuple[int, ...] = (10, 20),
         init_from: str | None = None,
-        class_weights: ClassWeights = "auto",
-        label_steps: int | None = None,
-        fusion: Literal["aggregates", "none"] = "none",
+        splits: FitSplits | None = None,
     ) -> None:
         super().__init__()
         # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
-        self.save_hyperparameters(ignore=["spec"])
-        self.spec = spec
+        self.save_hyperparameters(ignore=["spec", "splits"])
+        self.spec, self.splits = spec, splits
         self.objective = (
             Causal(spec.baskets)
             if objective == "causal"
@@ -144,7 +125,7 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
         trains = what_trains(objective, self.config.baskets, self.hparams.basket_positives)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL, trains)
-        options = dict(self.hparams) | {"loss": self.loss, "labels": spec.labels}
+        options = dict(self.hparams) | {"loss": self.loss}
         defaults = inspect.signature(SeqencModule.__init__).parameters
         check_options(options, self.config, {name: p.default for name, p in defaults.items()})
         self.filter_seen = spec.repeat_share < REPEAT_SHARE if filter_seen is None else filter_seen
@@ -157,40 +138,15 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         # a sampled term reads few rows of the item table: sparse gradients keep its step sparse
         self.encoder.item_embedding.sparse = self.loss == "sampled_softmax"
         self.add_value_head()
-        if spec.labels:
-            self.add_label_head(spec.labels, fusion)
         if init_from is not None:
-            self._init_from(init_from)
+            self.start_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
         self.val_metrics, self.test_metrics = metrics(ks), metrics(ks)
 
-    def _init_from(self, path: str) -> None:
-        """The encoder weights of the bundle at ``path`` (its head, if any, is not taken)."""
-        encoder, meta, vocabs = load_bundle(path)
-        if vocabs != self.spec.vocabs:
-            raise SeqencError(
-                f"model.init_from {path}: the bundle's vocabularies differ from the data's "
-                "(read the data with them: data.vocabs_from)"
-            )
-        state = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
-        shapes = {k: tuple(v.shape) for k, v in self.encoder.state_dict().items()}
-        # a bundle written before the not-recorded vectors: they keep their start, zero
-        fresh = {"embed.missing"} - set(state)
-        if {k: tuple(v.shape) for k, v in state.items()} != {
-            k: v for k, v in shapes.items() if not k.startswith("head.") and k not in fresh
-        }:
-            why = shape_mismatch(asdict(meta.encoder), self.config, self.spec)
-            raise SeqencError(f"model.init_from {path}: its weights do not fit this model: {why}")
-        self.encoder.load_state_dict(state, strict=False)
-
     # ---- training -------------------------------------------------------------------------
-    def training_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         hp = self.hparams
         loss = torch.zeros((), device=self.device)
-        if not isinstance(batch, Batch):  # labelled samples (the DataLoader makes the pair a list)
-            batch, targets = batch
-            loss = self.label_loss(batch, targets)
-            self.log("train/label", loss, batch_size=len(batch))
         if hp.next_item_weight > 0:
             loss = loss + hp.next_item_weight * self.next_item_loss(batch)
         if hp.contrastive_weight > 0:
@@ -201,47 +157,6 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             loss = loss + hp.value_weight * self.masked_value_loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        # As nanoGPT: weight matrices and embedding tables are decayed, biases and norms are not.
-        decay, no_decay = [], []
-        for param in self.parameters():
-            (decay if param.ndim >= 2 else no_decay).append(param)
-        optimizer = RowSparseAdamW(
-            [
-                {"params": decay, "weight_decay": self.hparams.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.hparams.lr,
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = min(self.hparams.warmup_steps, total // 2)
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = (step - warmup) / max(1, total - warmup)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-        scheduler = LambdaLR(optimizer, schedule)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
-
-    def configure_gradient_clipping(
-        self,
-        optimizer: torch.optim.Optimizer,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None,
-    ) -> None:
-        """Norm clipping that also counts the item table's sparse gradient (torch's does not)."""
-        if gradient_clip_algorithm not in (None, "norm"):
-            raise SeqencError(
-                f"trainer.gradient_clip_algorithm {gradient_clip_algorithm!r}: only 'norm' is supported"
-            )
-        if gradient_clip_val:
-            clip_grad_norm(self.parameters(), gradient_clip_val)
 
     # ---- evaluation -----------------------------------------------------------------------
     def item_scores(self, batch: Batch, filter_seen: bool) -> torch.Tensor:
@@ -279,17 +194,11 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
             repeat[rows[(items == target) & (target >= N_SPECIAL)]] = True
         metrics.update(None, repeat=repeat, ranks=ranks)
 
-    def validation_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> None:
-        if not isinstance(batch, Batch):
-            self._log_label_loss("val", *batch)
-        else:
-            self._evaluate(batch, self.val_metrics)
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics)
 
-    def test_step(self, batch: Batch | LabelledBatch, batch_idx: int) -> None:
-        if not isinstance(batch, Batch):
-            self._log_label_loss("test", *batch)
-        else:
-            self._evaluate(batch, self.test_metrics)
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics)
 
     def _log_metrics(self, stage: str, metrics: RankingMetrics | BasketMetrics) -> None:
         # Both are of every process's targets already (summed states); sync_dist averages equal
@@ -304,73 +213,14 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
         metrics.reset()
 
     def on_validation_epoch_end(self) -> None:
-        if self.encoder.head is None:
-            self._log_metrics("val", self.val_metrics)
-        else:
-            self._log_label_score("val")
+        self._log_metrics("val", self.val_metrics)
 
     def on_test_epoch_end(self) -> None:
-        if self.encoder.head is None:
-            self._log_metrics("test", self.test_metrics)
-        else:
-            self._log_label_score("test")
+        self._log_metrics("test", self.test_metrics)
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
-        checkpoint["encoder_config"] = asdict(self.config)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Before the weights load (resume, test): refuse, in one line, a checkpoint whose weights
-        do not fit this model (other data vocabulary, ``history_len`` or shape option)."""
-        shapes = {k: tuple(v.shape) for k, v in self.state_dict().items()}
-        saved = {k: tuple(v.shape) for k, v in checkpoint.get("state_dict", {}).items()}
-        if "encoder_config" in checkpoint and saved != shapes:
-            why = shape_mismatch(checkpoint["encoder_config"], self.config, self.spec)
-            raise SeqencError(f"cannot load the checkpoint's weights: {why}")
-
-    def _set_numeric_statistics(self) -> None:
-        """Per-item numeric scaling reads each item's statistics of the training events; a model
-        started from a bundle (``init_from``) keeps the bundle's, which its weights learned on."""
-        if not self.config.n_numeric:
-            return
-        datamodule = self.trainer.datamodule
-        if isinstance(datamodule, SequenceDataModule):
-            shares = [f"{c} {s:.1%}" for c, s in unrecorded_shares(datamodule.store).items() if s]
-            vectors = "with" if self.config.missing_values else "without"
-            if shares:
-                rank_zero_info(
-                    f"numbers not recorded (null/NaN): {', '.join(shares)} of the events; read as "
-                    f"not recorded, {vectors} a learned vector (model.encoder.missing_values)"
-                )
-        if self.config.numeric_scaling != "per_item":
-            rank_zero_info("numeric features: one linear map of the signed log for every item")
-            return
-        if self.hparams.init_from is None and isinstance(datamodule, SequenceDataModule):
-            center, scale = view_statistics(
-                datamodule.store, datamodule.splits[0], self.config.n_items
-            )
-            self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
-        rank_zero_info(
-            "numeric features: per item (each value also standardised by its item's statistics of "
-            "the training events; model.encoder.numeric_scaling: global turns it off)"
-        )
-
-    def on_train_start(self) -> None:
-        """The configured ``lr`` and ``weight_decay`` in the optimizer and its schedule. A resumed
-        run restores the checkpoint's into both, so a changed learning rate would not apply (the
-        schedule's warm-up and length are the configured ones already: its function is not
-        saved). On a new run this sets the values they already have."""
-        hp = self.hparams
-        for config in self.trainer.lr_scheduler_configs:
-            scheduler = config.scheduler
-            scheduler.base_lrs = [hp.lr] * len(scheduler.base_lrs)
-            rates = [hp.lr * f(scheduler.last_epoch) for f in scheduler.lr_lambdas]
-            for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
-                group["lr"], group["initial_lr"] = rate, hp.lr
-            scheduler._last_lr = rates
-        for optimizer in self.trainer.optimizers:
-            for group, decay in zip(optimizer.param_groups, (hp.weight_decay, 0.0), strict=True):
-                group["weight_decay"] = decay
+    def monitored(self) -> set[str]:
+        """The metrics validation logs: what a checkpoint or early stopping may monitor."""
+        return {f"val/{k}" for k in type(self.val_metrics)(self.hparams.ks).compute()}
 
     def on_fit_start(self) -> None:
         hp, n_real_items = self.hparams, self.config.n_items - N_SPECIAL
@@ -382,14 +232,11 @@ class SeqencModule(LabelHead, SelfSupervised, pl.LightningModule):
                 f"masked values: weight {self.hparams.value_weight} (a share model.mask_prob of "
                 "the events' numbers withheld and predicted)"
             )
-        self._set_numeric_statistics()
-        if self.encoder.head is not None:
-            self._prepare_labels()
-            return
-        datamodule = self.trainer.datamodule
-        if self.loss == "sampled_softmax" and isinstance(datamodule, SequenceDataModule):
-            counts = torch.from_numpy(datamodule.item_counts(self.config.n_items))
-            self.proposal = Proposal.from_counts(counts).to(self.device)
+        train = None if self.splits is None else self.splits.train
+        self.set_numeric_statistics(train)
+        if self.loss == "sampled_softmax" and train is not None:
+            counts = item_counts(train, self.config.n_items)[: self.config.n_items]
+            self.proposal = Proposal.from_counts(torch.from_numpy(counts)).to(self.device)
         log.info(
             "evaluation: %s, full ranking over %d items, seen items %s",
             "leave-one-basket-out" if self.spec.baskets else "leave-one-out",

@@ -16,7 +16,6 @@ from seqenc.model.losses import LOSSES, MATMUL_DTYPES, RUN_OWN_OPTIONS, loss_opt
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.sampled import ITEM_GRADIENTS, SAMPLERS
 from seqenc.training.basket_plan import check_basket_options
-from seqenc.training.label_plan import check_label_options
 from seqenc.training.loss_choice import loss_defaults, resume_loss
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
@@ -306,23 +305,14 @@ def check_options(
         )
     check_basket_options(options, encoder)
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
-    lr, decay = options["lr"], options["weight_decay"]
-    if not (_real(lr) and lr >= 0 and _real(decay) and decay >= 0):
-        raise SeqencError(
-            f"model.lr and model.weight_decay must be finite numbers >= 0, got {lr!r} and {decay!r}"
-        )
-    check_count(options["warmup_steps"], "model.warmup_steps", low=0)
+    check_optimiser(options["lr"], options["weight_decay"], options["warmup_steps"])
     for k in options["ks"]:
         check_count(k, "model.ks (each a cut-off >= 1)")
     weights = options["next_item_weight"], options["contrastive_weight"], options["value_weight"]
-    if (
-        not all(_real(w) for w in weights)
-        or min(weights) < 0
-        or (max(weights) <= 0 and not options.get("labels"))
-    ):
+    if not all(_real(w) for w in weights) or min(weights) < 0 or max(weights) <= 0:
         raise SeqencError(
             "model.next_item_weight, contrastive_weight and value_weight must be numbers >= 0, "
-            f"not all 0 without data.labels, got {weights[0]}, {weights[1]} and {weights[2]}"
+            f"not all 0, got {weights[0]}, {weights[1]} and {weights[2]}"
         )
     temperature, share = options["contrastive_temperature"], options["contrastive_min_share"]
     if weights[1] > 0 and not (temperature > 0 and 0 < share <= 1):
@@ -330,14 +320,24 @@ def check_options(
             f"contrastive_temperature={temperature} must be > 0 and "
             f"contrastive_min_share={share} in (0, 1]"
         )
-    check_label_options(options["class_weights"], options["label_steps"], options.get("labels"))
     check_ignored(options, defaults)
+
+
+def check_optimiser(lr: object, weight_decay: object, warmup_steps: object) -> None:
+    """One line unless ``lr`` and ``weight_decay`` are finite numbers >= 0 and ``warmup_steps``
+    a whole number >= 0 (every module's AdamW and its schedule)."""
+    if not (_real(lr) and lr >= 0 and _real(weight_decay) and weight_decay >= 0):
+        raise SeqencError(
+            "model.lr and model.weight_decay must be finite numbers >= 0, got "
+            f"{lr!r} and {weight_decay!r}"
+        )
+    check_count(warmup_steps, "model.warmup_steps", low=0)
 
 
 def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
     """Refuse, in one line, a model option set (to other than its default, ``defaults``) that
-    the run would not read: cloze masking with the causal objective (and no masked values), the contrastive loss's
-    shape without the loss, fusion without labels."""
+    the run would not read: cloze masking with the causal objective (and no masked values), the
+    contrastive loss's shape without the loss."""
     masked = "and model.objective is causal"
     contrastive = "and model.contrastive_weight is 0"
     masks = options["objective"] == "masked" or options["value_weight"] > 0
@@ -347,7 +347,6 @@ def check_ignored(options: dict[str, Any], defaults: dict[str, Any]) -> None:
         "mask_last_prob": (options["objective"] == "masked", f"it sets the cloze masking, {masked}"),
         "contrastive_temperature": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
         "contrastive_min_share": (options["contrastive_weight"] > 0, f"it sets the contrastive loss, {contrastive}"),
-        "fusion": (bool(options.get("labels")), "it fuses the aggregates into a label head, and there is no data.labels"),
     }  # fmt: skip
     for name, (is_read, why) in read.items():
         if not is_read and options[name] != defaults[name]:

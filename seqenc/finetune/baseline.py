@@ -13,20 +13,19 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from seqenc.data.datamodule import SequenceDataModule
+from seqenc.data.labels import LabelledRows
 from seqenc.errors import SeqencError
 from seqenc.evaluate.estimators import estimator, fit_estimator
+from seqenc.finetune.module import LabelModule
 from seqenc.scores import prediction_scores, score_name
 
 
-def aggregates_score(
-    datamodule: SequenceDataModule, task: str, n_classes: int
-) -> tuple[float, int, int]:
-    """``(score, n_features, n_rows)`` of the aggregates' linear model, fitted on the
-    datamodule's labelled training rows and scored on its held-out ones."""
+def aggregates_score(rows: LabelledRows, task: str, n_classes: int) -> tuple[float, int, int]:
+    """``(score, n_features, n_rows)`` of the aggregates' linear model, fitted on the labelled
+    training ``rows`` and scored on the held-out ones."""
     kind = "regression" if task == "regression" else "binary" if n_classes == 2 else "multiclass"
     model = estimator(kind, "linear")[1]  # first: without scikit-learn, nothing else is computed
-    train, held = datamodule.labelled_splits  # each with its aggregates at its cut-off
+    train, held = rows.train, rows.held  # each with its aggregates at its cut-off
     fit_estimator(model, train.aggregates, train.targets)
     if kind == "regression":
         scores = prediction_scores(kind, held.targets, model.predict(held.aggregates))
@@ -38,27 +37,28 @@ def aggregates_score(
 
 class LabelBaselines(Callback):
     """After a fine-tuning fit's test: the aggregates' score on the same held-out labelled
-    entities, printed under the model's and logged as ``baseline/aggregates/<score>``."""
+    entities (the rows the module was handed), printed under the model's and logged as
+    ``baseline/aggregates/<score>``."""
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        head = pl_module.encoder.head
-        if head is None or trainer.datamodule is None or not trainer.is_global_zero:
+        if not isinstance(pl_module, LabelModule) or pl_module.rows is None:
             return
+        if not trainer.is_global_zero:
+            return
+        head, rows = pl_module.head, pl_module.rows
         name = score_name(head.task)
         model = trainer.callback_metrics.get("test/score")
-        n_held = len(trainer.datamodule.labelled_splits[1].rows)
+        n_held = len(rows.held.rows)
         print(f"held-out labelled entities ({n_held:,} rows, never trained on): {name}")
         if model is not None:
             print(f"  {'model':<34} {float(model):.4f}")
         try:
-            score, n_features, n_train = aggregates_score(
-                trainer.datamodule, head.task, len(head.classes)
-            )
+            score, n_features, n_train = aggregates_score(rows, head.task, len(head.classes))
         except SeqencError as e:  # scikit-learn missing, or no aggregate could be computed
             print(f"  aggregates baseline: not computed: {e}")
             return
         what = "ridge" if head.task == "regression" else "logistic"
-        when = "whole histories" if trainer.datamodule.label_table.as_of is None else "as_of"
+        when = "as_of" if rows.as_of else "whole histories"
         print(
             f"  {f'aggregates, {what} regression':<34} {score:.4f} ({n_features} hand-made "
             f"features, {when}, fitted on the {n_train:,} training rows)"

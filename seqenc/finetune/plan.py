@@ -32,6 +32,7 @@ LABEL_EPOCHS = 12
 MIN_LABEL_STEPS = 200
 MAX_LABEL_STEPS = 2000
 MAX_CLASS_WEIGHT = 10.0
+MAX_GIVEN_RATIO = 1e4  # given class weights: beyond this ratio one class is all the loss sees
 ClassWeights = Literal["auto", "none"] | list[float]
 
 
@@ -66,31 +67,33 @@ def label_schedule(
 
 
 def check_label_options(
-    option: ClassWeights, label_steps: int | None, labels: dict[str, Any] | None
+    option: ClassWeights, label_steps: int | None, labels: dict[str, Any]
 ) -> None:
     """Refuse, in one line when the model is built (before the trainer prints anything), a label
     option that cannot work or would be ignored: ``label_steps`` not an integer >= 1;
-    ``class_weights`` not auto / none / one finite positive weight per class; either without a
-    label table, or class weights on a regression label."""
+    ``class_weights`` not auto / none / one weight per class, positive and finite in the float32
+    the loss computes in, the largest at most :data:`MAX_GIVEN_RATIO` times the smallest; class
+    weights on a regression label."""
     check_count(label_steps, "model.label_steps", optional=True)
     if isinstance(option, str) and option not in ("auto", "none"):
         raise SeqencError(f"model.class_weights must be auto, none or a list, got {option!r}")
-    defaults = (("class_weights", option, "auto"), ("label_steps", label_steps, None))
-    given = [(name, value) for name, value, default in defaults if value != default]
-    if given and not labels:
-        why = "it sets how a label head trains, and there is no label table (data.labels)"
-        raise ignored(f"model.{given[0][0]}", given[0][1], why)
-    if option != "auto" and labels and labels["task"] == "regression":
+    if option != "auto" and labels["task"] == "regression":
         why = "the label is a number (regression), it has no classes to weigh"
         raise ignored("model.class_weights", option, why)
-    if not isinstance(option, str) and labels:
-        classes = labels["classes"]
-        weights = np.asarray(option, dtype=float)
-        if weights.shape != (len(classes),) or not (np.isfinite(weights) & (weights > 0)).all():
-            raise SeqencError(
-                f"model.class_weights: {len(classes)} finite positive weights expected (classes "
-                f"{list(classes)}), got {list(option)}"
-            )
+    if isinstance(option, str):
+        return
+    classes = labels["classes"]
+    try:
+        weights = np.asarray(option, dtype=np.float64).astype(np.float32)
+    except (TypeError, ValueError):
+        weights = np.array([np.nan], dtype=np.float32)
+    usable = weights.shape == (len(classes),) and bool((np.isfinite(weights) & (weights > 0)).all())
+    if not usable or weights.max() > MAX_GIVEN_RATIO * weights.min():
+        raise SeqencError(
+            f"model.class_weights: {len(classes)} weights expected (classes {list(classes)}), "
+            "each positive and finite in float32 (the loss's precision), the largest at most "
+            f"{MAX_GIVEN_RATIO:g} times the smallest; got {list(option)}"
+        )
 
 
 def class_weights(
@@ -117,7 +120,7 @@ def set_label_schedule(
     """Give ``trainer`` the fine-tuning schedule of ``datamodule``'s labelled training rows
     (:func:`label_schedule`; the epochs too, so early stopping's share of the schedule holds);
     returns the line to print."""
-    rows = len(datamodule.labelled_splits[0].targets)
+    rows = len(datamodule.labelled.train.targets)
     batches = math.ceil(len(datamodule.train_dataloader()) / max(1, trainer.world_size))
     steps, epochs, why = label_schedule(rows, batches, label_steps, trainer.max_steps)
     trainer.fit_loop.max_epochs = epochs
