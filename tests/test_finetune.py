@@ -23,10 +23,8 @@ from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies, Vocabulary
 from seqenc.errors import SeqencError
-from seqenc.finetune.build import label_module
 from seqenc.evaluate import cv_folds, prediction_scores, probe
-from seqenc.model.encoder import EncoderConfig, SequenceEncoder
-from seqenc.model.head import SupervisedHead
+from seqenc.finetune.build import label_module
 from seqenc.finetune.loss import label_score
 from seqenc.finetune.plan import (
     MIN_LABEL_STEPS,
@@ -34,6 +32,8 @@ from seqenc.finetune.plan import (
     class_weights,
     label_schedule,
 )
+from seqenc.model.encoder import EncoderConfig, SequenceEncoder
+from seqenc.model.head import SupervisedHead
 from tests.tiny import SCHEMA, fit, label_fit, tiny_events
 
 SMALL = EncoderConfig(d_model=8, n_heads=2)

@@ -137,8 +137,8 @@ def test_the_wide_start_is_the_penalised_logistic_regression() -> None:
     C = 1 / (n p) (the penalty falls on half the difference of the rows)."""
     from sklearn.linear_model import LogisticRegression
 
-    from seqenc.model.head import SupervisedHead
     from seqenc.finetune.wide_start import PENALTIES, fit_wide_start
+    from seqenc.model.head import SupervisedHead
 
     rng = np.random.default_rng(0)
     n, k = 400, 6
@@ -166,8 +166,8 @@ def test_the_wide_starts_penalty_is_the_lowest_held_out_log_loss() -> None:
     """The penalty against a reference search with scikit-learn on the same three folds, scored
     by held-out log loss (the probe's rule). A rare class and few rows, where a held-out AUC ties
     and the class weights would tilt the fit, are the case it must get right."""
-    from seqenc.model.head import SupervisedHead
     from seqenc.finetune.wide_start import PENALTIES, fit_wide_start
+    from seqenc.model.head import SupervisedHead
 
     rng = np.random.default_rng(3)
     n, k = 150, 12
@@ -215,8 +215,8 @@ def test_the_wide_start_reads_the_per_value_statistics_where_they_lower_the_held
     """A small table with many per-value statistic columns: pure noise, they are left out (weight
     0); carrying the label, they are read. The choice and the printed losses against
     scikit-learn's search on each set of columns."""
-    from seqenc.model.head import SupervisedHead
     from seqenc.finetune.wide_start import fit_wide_start, value_stat_columns
+    from seqenc.model.head import SupervisedHead
 
     rng = np.random.default_rng(5)
     n, base, extra = 120, 3, 40
@@ -265,8 +265,8 @@ def test_the_export_predicts_as_encode_does(fused, tmp_path) -> None:
 def test_a_fused_head_starts_as_the_aggregates_model_and_keeps_it() -> None:
     """The readout's map starts at zero: the outputs are the wide part's whatever the readout;
     the wide part is fitted and frozen (no gradient reaches it), the readout's map trains."""
-    from seqenc.model.head import SupervisedHead
     from seqenc.finetune.wide_start import fit_wide_start
+    from seqenc.model.head import SupervisedHead
 
     rng = np.random.default_rng(1)
     wide = rng.gamma(2.0, 3.0, size=(60, 3)).astype(np.float32)

@@ -20,8 +20,8 @@ from seqenc.data.labels import MAX_AUTO_CLASSES, hold_out, infer_task, labelled_
 from seqenc.data.sequences import build_sequences
 from seqenc.errors import SeqencError
 from seqenc.evaluate.probe import probe_task
-from seqenc.scores import class_scores, prediction_scores, r2
 from seqenc.finetune.loss import label_score
+from seqenc.scores import class_scores, prediction_scores, r2
 
 FIT = [
     "--data.path", "events.parquet",
