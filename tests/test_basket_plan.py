@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqenc.cli import main
+from seqenc.commands.model import fit_model
 from seqenc.data.schema import EventSchema
 from seqenc.data.sequences import build_sequences
 from seqenc.data.spec import DataSpec
@@ -201,7 +202,7 @@ def test_the_next_basket_defaults_follow_the_basket_protocol(baskets, repeats):
     )
     _, vocabs = build_sequences(log)
     spec = DataSpec(EventSchema(), vocabs, 8, repeats, baskets=baskets)
-    module = SeqencModule(spec, encoder=EncoderConfig(d_model=8))
+    module = fit_model(spec, encoder=EncoderConfig(d_model=8))
     head = repeats >= REPEAT_SHARE
     assert module.config.repeat_head == head
     assert module.config.repeat_counts == head
@@ -213,7 +214,7 @@ def test_the_next_basket_defaults_follow_the_basket_protocol(baskets, repeats):
     counts = f"repeat_counts {str(module.config.repeat_counts).lower()})"
     assert line.endswith(counts) == (baskets or head) and bool(line) == (baskets or head)
     if head:
-        given = SeqencModule(
+        given = fit_model(
             spec, encoder=EncoderConfig(d_model=8, repeat_counts=False), basket_positives="one"
         )
         assert (given.config.repeat_counts, given.hparams.basket_positives) == (False, "one")

@@ -21,6 +21,7 @@ from seqenc.bundle import (
     save_bundle,
 )
 from seqenc.cli import main as cli_main
+from seqenc.commands.model import fit_model
 from seqenc.data.batches import collate
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.sequences import build_sequences
@@ -76,7 +77,9 @@ def test_config_hash_depends_on_configuration_not_weights(tmp_path):
 def _train_checkpoint(tmp_path: Path) -> tuple[Path, SeqencModule]:
     """Two training steps of a tiny SeqencModule, checkpointed by a Lightning Trainer."""
     data = SequenceDataModule(tiny_events(), schema=SCHEMA, history_len=16, batch_size=16)
-    module = SeqencModule(data.spec, encoder=EncoderConfig(d_model=16, n_layers=1))
+    module = fit_model(
+        data.spec, encoder=EncoderConfig(d_model=16, n_layers=1), splits=data.fit_splits
+    )
     trainer = pl.Trainer(
         max_steps=2,
         logger=False,

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from seqenc.commands.model import fit_model
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies, Vocabulary
@@ -111,7 +112,7 @@ def test_slices_cover_every_length_and_start_and_an_empty_row_stays_empty():
 
 def _module(**options) -> SeqencModule:
     torch.manual_seed(0)
-    return SeqencModule(SPEC, **{"encoder": EncoderConfig(d_model=8, n_heads=2), **options})
+    return fit_model(SPEC, **{"encoder": EncoderConfig(d_model=8, n_heads=2), **options})
 
 
 def test_off_by_default_training_is_unchanged():

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqenc.commands.model import fit_model
 from seqenc.errors import SeqencError
 from seqenc.model.batch import drop_events
 from seqenc.model.cache import check_incremental
@@ -284,9 +285,8 @@ def test_a_group_is_a_set_read_as_one_token() -> None:
 
 def test_group_times_need_bidirectional_attention() -> None:
     from seqenc.data.spec import DataSpec
-    from seqenc.training.module import SeqencModule
     from tests.test_module import SPEC
 
     with pytest.raises(SeqencError, match="group_times"):
-        SeqencModule(SPEC, encoder=EncoderConfig(group_times=True))
+        fit_model(SPEC, encoder=EncoderConfig(group_times=True))
     assert isinstance(SPEC, DataSpec)

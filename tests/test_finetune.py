@@ -299,3 +299,22 @@ def test_without_scikit_learn_the_baseline_is_one_line(monkeypatch, capsys):
         "  aggregates baseline: not computed: seqenc.evaluate.probe needs scikit-learn: "
         "pip install 'seqenc[eval]'"
     )
+
+
+def test_a_fused_bundle_written_before_the_finetune_package_loads_and_predicts_the_same():
+    """tests/data/legacy_bundles/fused: a fused, fine-tuned entity model (per-item readout) and
+    its embeddings and probabilities of the events beside it, written at commit 120cb74, when
+    fine-tuning was a mixin of the next-event module."""
+    from seqenc.inference import load_encoder
+
+    root = Path(__file__).parent / "data" / "legacy_bundles" / "fused"
+    encoder = load_encoder(root, device="cpu")
+    assert encoder.model.head is not None and encoder.model.head.wide is not None
+    events = pd.read_parquet(root / "events.parquet")
+    got = encoder.encode(events, as_of=pd.Timestamp("2024-06-01"))
+    expected = np.load(root / "expected_embeddings.npy")
+    np.testing.assert_allclose(np.stack(got["embedding"].to_numpy()), expected, atol=1e-5)
+    probabilities = np.stack(got["probabilities"].to_numpy())
+    np.testing.assert_allclose(
+        probabilities, np.load(root / "expected_probabilities.npy"), atol=1e-5
+    )

@@ -175,3 +175,43 @@ def test_no_function_is_over_60_lines():
         and node.end_lineno - node.lineno + 1 > 60
     ]
     assert long == []
+
+
+def test_no_module_reads_the_trainers_datamodule():
+    """Modules and callbacks are handed what they read of the data (the CLI links it from the
+    datamodule: ``labelled``, ``fit_splits``; the export's writer is given its datamodule), never
+    ``trainer.datamodule``: an attribute access, found in the code's syntax tree."""
+    found = [
+        f"{name}:{node.lineno}"
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "datamodule" and _is_trainer(node.value)
+    ]
+    assert found == []
+
+
+def _is_trainer(node: ast.expr) -> bool:
+    """``trainer`` or ``<anything>.trainer``."""
+    return (isinstance(node, ast.Name) and node.id == "trainer") or (
+        isinstance(node, ast.Attribute) and node.attr == "trainer"
+    )
+
+
+def test_the_fine_tuning_wing_is_one_package_and_the_next_event_module_is_small():
+    """Fine-tuning lives in ``seqenc/finetune``: no other package defines a label loss, a wide
+    start or the label schedule; the next-event module takes at most 16 arguments."""
+    import inspect
+
+    from seqenc.training.module import SeqencModule
+
+    label_words = (
+        "def fit_wide_start",
+        "def label_schedule",
+        "class LabelLoss",
+        "def class_weights",
+    )
+    places = {
+        name for name, path in modules().items() for word in label_words if word in path.read_text()
+    }
+    assert places and all(name.startswith("seqenc.finetune.") for name in places), places
+    assert len(inspect.signature(SeqencModule).parameters) <= 16

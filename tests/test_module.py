@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from seqenc.commands.model import fit_model
 from seqenc.data.schema import EventSchema
 from seqenc.data.spec import DataSpec
 from seqenc.data.vocab import Vocabularies, Vocabulary
@@ -14,7 +15,6 @@ from seqenc.model.encoder import EncoderConfig
 from seqenc.model.masking import IGNORE
 from seqenc.model.objectives import Causal
 from seqenc.model.optim import RowSparseAdamW
-from seqenc.training.module import SeqencModule
 
 # 10 real items + 3 specials = 13 ids, with time, no event features
 SPEC = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), history_len=8)
@@ -59,7 +59,7 @@ def test_causal_inputs_measure_recency_from_the_newest_input():
 
 
 def test_item_scores_filter_every_seen_item_target_included():
-    module = SeqencModule(SPEC, encoder=SMALL).eval()
+    module = fit_model(SPEC, encoder=SMALL).eval()
     # row 0 saw items 5 and 6, its target 6 is a repeat; row 1 saw 9
     batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 4], seen=[[0, 0, 1], [5, 6, 9]])
     with torch.no_grad():
@@ -74,7 +74,7 @@ def test_item_scores_filter_every_seen_item_target_included():
 
 
 def test_evaluation_counts_repeated_targets_and_misses_them_when_filtered():
-    module = SeqencModule(SPEC, encoder=SMALL, filter_seen=True).eval()
+    module = fit_model(SPEC, encoder=SMALL, filter_seen=True).eval()
     # every target repeats an item of its history
     batch = _batch([[5, 6], [9, 0]], [2, 1], target=[6, 9], seen=[[0, 0, 1], [5, 6, 9]])
     with torch.no_grad():
@@ -84,12 +84,12 @@ def test_evaluation_counts_repeated_targets_and_misses_them_when_filtered():
 
 
 def test_defaults_follow_the_share_of_repeats():
-    plain = SeqencModule(SPEC, encoder=SMALL)
+    plain = fit_model(SPEC, encoder=SMALL)
     assert plain.filter_seen and plain.encoder.repeat is None
     repeats = DataSpec(SPEC.schema, SPEC.vocabs, history_len=8, repeat_share=0.5)
-    causal = SeqencModule(repeats, encoder=SMALL)
+    causal = fit_model(repeats, encoder=SMALL)
     assert not causal.filter_seen and causal.encoder.repeat is not None
-    masked = SeqencModule(repeats, objective="masked", encoder=SMALL)
+    masked = fit_model(repeats, objective="masked", encoder=SMALL)
     assert not masked.filter_seen and masked.encoder.repeat is None
 
 
@@ -97,7 +97,7 @@ def test_training_step_runs_both_objectives():
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for objective, repeat in (("causal", False), ("masked", False), ("causal", True)):
-        module = SeqencModule(SPEC, objective=objective, encoder=replace(SMALL, repeat_head=repeat))
+        module = fit_model(SPEC, objective=objective, encoder=replace(SMALL, repeat_head=repeat))
         loss = module.training_step(batch, 0)
         loss.backward()
         assert torch.isfinite(loss) and loss > 0
@@ -112,18 +112,18 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
     when every row's normaliser trains the table: ``item_gradient: all_rows``)."""
     import seqenc.training.loss_choice as loss_choice
 
-    assert SeqencModule(SPEC, encoder=SMALL).loss == "ce"
+    assert fit_model(SPEC, encoder=SMALL).loss == "ce"
     monkeypatch.setattr(loss_choice, "SAMPLED_FROM_ITEMS", 10)
     torch.manual_seed(0)
     batch = _batch([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]], [5, 3])
     for repeat in (False, True):
         for options in (None, {"item_gradient": "all_rows"}):  # the table from every row
             encoder = replace(SMALL, repeat_head=repeat)
-            default = SeqencModule(SPEC, encoder=encoder, loss_options=options)
+            default = fit_model(SPEC, encoder=encoder, loss_options=options)
             default.training_step(batch, 0).backward()
             assert (default.encoder.item_embedding.weight.grad[3:].abs().sum(1) > 0).all()
         sparse = {"exact_share": 0.0}
-        module = SeqencModule(
+        module = fit_model(
             SPEC, encoder=replace(SMALL, repeat_head=repeat), lr=0.1, loss_options=sparse
         )
         assert module.loss == module.hparams.loss == "sampled_softmax"
@@ -138,13 +138,13 @@ def test_auto_loss_is_sampled_from_the_threshold_and_its_step_is_row_sparse(monk
         moved = (module.encoder.item_embedding.weight.detach() != before).any(1)
         assert set(moved.nonzero()[:, 0].tolist()) <= set(grad.coalesce().indices()[0].tolist())
         assert moved[5:13].all() and not moved[:3].any()
-    explicit = SeqencModule(SPEC, encoder=SMALL, loss="ce")
+    explicit = fit_model(SPEC, encoder=SMALL, loss="ce")
     assert explicit.loss == "ce" and explicit.loss_reason == "set by model.loss"
 
 
 def test_time_is_off_when_the_log_has_no_timestamps():
     untimed = DataSpec(EventSchema(timestamp=None), SPEC.vocabs, history_len=8)
-    module = SeqencModule(untimed, encoder=replace(SMALL, time=True))
+    module = fit_model(untimed, encoder=replace(SMALL, time=True))
     assert not module.config.time and not module.config.query_time
 
 
@@ -268,7 +268,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
 )
 def test_an_option_that_would_be_ignored_is_refused_in_one_line(options, words):
     with pytest.raises(SeqencError) as info:
-        SeqencModule(SPEC, **{"encoder": SMALL, **options})
+        fit_model(SPEC, **{"encoder": SMALL, **options})
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
@@ -276,10 +276,10 @@ def test_hyper_parameters_are_saved_resolved():
     """``time``, ``repeat_head`` and ``filter_seen`` as the data resolved them, never None; the
     saved encoder builds the same model again (Lightning's load_from_checkpoint path)."""
     repeats = DataSpec(SPEC.schema, SPEC.vocabs, history_len=8, repeat_share=0.5)
-    module = SeqencModule(repeats, encoder=SMALL)
+    module = fit_model(repeats, encoder=SMALL)
     hp = module.hparams
     assert hp.filter_seen is False
     assert (hp.encoder["time"], hp.encoder["repeat_head"]) == (True, True)
     assert (hp.encoder["n_items"], hp.encoder["n_positions"]) == (13, 9)
-    again = SeqencModule(repeats, encoder=dict(hp.encoder))
+    again = fit_model(repeats, encoder=dict(hp.encoder))
     assert again.config == module.config

@@ -17,6 +17,7 @@ from test_numeric import naive_statistics
 from tiny import SCHEMA, random_bundle, tiny_events
 
 from seqenc.bundle import CONFIG_FILE, _hash, load_bundle
+from seqenc.commands.model import fit_model
 from seqenc.data.aggregates import AggregateSpec, aggregate_features
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.events import read_events
@@ -30,7 +31,6 @@ from seqenc.model.batch import Batch
 from seqenc.model.embeddings import TokenEmbedding, signed_log
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.values import hide_values, value_loss
-from seqenc.training.module import SeqencModule
 from seqenc.training.run_options import resume_options
 
 TWO = EventSchema(numeric=("x", "y"))
@@ -401,7 +401,7 @@ def test_a_model_started_from_such_a_bundle_starts_its_vectors_at_zero(tmp_path)
     data = SequenceDataModule(events, schema=SCHEMA, history_len=16, batch_size=16)
     shape = dict(d_model=16, n_heads=2, n_layers=1, repeat_head=False)
     old = random_bundle(tmp_path / "b", events, SCHEMA, 16, numeric_scaling="per_item", **shape)
-    module = SeqencModule(data.spec, encoder=EncoderConfig(**shape), init_from=str(old))
+    module = fit_model(data.spec, encoder=EncoderConfig(**shape), init_from=str(old))
     assert module.config.missing_values and not module.encoder.embed.missing.any()
     bundle, _, _ = load_bundle(old)
     torch.testing.assert_close(module.encoder.embed.value[0].weight, bundle.embed.value[0].weight)
@@ -410,15 +410,13 @@ def test_a_model_started_from_such_a_bundle_starts_its_vectors_at_zero(tmp_path)
 def test_the_vectors_are_on_for_a_log_with_numbers_and_refused_without():
     from test_contrastive import SPEC
 
-    assert SeqencModule(SPEC, encoder=EncoderConfig(d_model=8, n_heads=2)).config.missing_values
-    off = SeqencModule(SPEC, encoder=EncoderConfig(d_model=8, n_heads=2, missing_values=False))
+    assert fit_model(SPEC, encoder=EncoderConfig(d_model=8, n_heads=2)).config.missing_values
+    off = fit_model(SPEC, encoder=EncoderConfig(d_model=8, n_heads=2, missing_values=False))
     assert off.encoder.embed.missing is None
     plain = DataSpec(dataclasses.replace(SPEC.schema, numeric=()), SPEC.vocabs, SPEC.history_len)
-    assert not SeqencModule(
-        plain, encoder=EncoderConfig(d_model=8, n_heads=2)
-    ).config.missing_values
+    assert not fit_model(plain, encoder=EncoderConfig(d_model=8, n_heads=2)).config.missing_values
     with pytest.raises(SeqencError, match="missing_values would be ignored"):
-        SeqencModule(plain, encoder=EncoderConfig(d_model=8, n_heads=2, missing_values=True))
+        fit_model(plain, encoder=EncoderConfig(d_model=8, n_heads=2, missing_values=True))
 
 
 def test_a_fit_on_a_log_with_nulls_trains_the_vectors_and_stays_finite(tmp_path):
@@ -429,7 +427,9 @@ def test_a_fit_on_a_log_with_nulls_trains_the_vectors_and_stays_finite(tmp_path)
     events = with_nulls(tiny_events(40, seed=4), share=0.5)
     data = SequenceDataModule(events, schema=SCHEMA, history_len=16, batch_size=16)
     encoder = EncoderConfig(d_model=16, n_heads=2, n_layers=1, dropout=0.0)
-    module = SeqencModule(data.spec, objective="masked", encoder=encoder, value_weight=1.0)
+    module = fit_model(
+        data.spec, objective="masked", encoder=encoder, value_weight=1.0, splits=data.fit_splits
+    )
     trainer = pl.Trainer(
         max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqenc.commands.model import fit_model
 from seqenc.errors import SeqencError
 from seqenc.model.embeddings import signed_log
 from seqenc.model.encoder import EncoderConfig
@@ -61,7 +62,7 @@ def test_value_loss_against_a_naive_mean():
 def _module(**options: object) -> SeqencModule:
     torch.manual_seed(0)
     encoder = EncoderConfig(d_model=8, n_heads=2, dropout=0.0, numeric_scaling="per_item")
-    return SeqencModule(SPEC, **{"objective": "masked", "encoder": encoder, **options})
+    return fit_model(SPEC, **{"objective": "masked", "encoder": encoder, **options})
 
 
 def test_a_withheld_value_cannot_be_seen_by_its_prediction():

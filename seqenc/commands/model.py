@@ -21,8 +21,11 @@ from seqenc.finetune.build import Fusion, label_module
 from seqenc.finetune.plan import ClassWeights
 from seqenc.model.encoder import EncoderConfig
 from seqenc.model.objectives import Masked
+from seqenc.training.basket_plan import BasketOptions
 from seqenc.training.encoder_module import EncoderModule
+from seqenc.training.metrics import Ranking
 from seqenc.training.module import SeqencModule
+from seqenc.training.self_supervised import Terms
 
 # The options that only fine-tuning reads, and those it does not (the self-supervised terms, the
 # catalogue term, ranking evaluation, baskets): each refused where the other module is built.
@@ -43,7 +46,7 @@ def fit_model(
     mask_prob: float = Masked.mask_prob,
     replace_rule: bool = Masked.replace_rule,
     mask_last_prob: float = Masked.mask_last_prob,
-    next_item_weight: float | None = None,
+    next_item_weight: float = 1.0,
     contrastive_weight: float = 0.0,
     contrastive_temperature: float = 0.1,
     contrastive_min_share: float = 0.5,
@@ -63,7 +66,7 @@ def fit_model(
     splits: FitSplits | None = None,
 ) -> EncoderModule:
     """The module of a fit (see the module docstring). Each option is documented where it is
-    read: :class:`~seqenc.training.module.SeqencModule` (``next_item_weight`` ``None``: 1) and
+    read: :class:`~seqenc.training.module.SeqencModule` and
     :func:`~seqenc.finetune.build.label_module` (``class_weights``, ``label_steps``,
     ``fusion``); the label head's loss alone trains a fine-tuning fit (its self-supervised start
     is a fit of its own: ``configs/entity_pretrain.yaml``, then ``model.init_from``)."""
@@ -78,10 +81,22 @@ def fit_model(
     if label:
         return label_module(spec, labelled, fusion=fusion, class_weights_option=class_weights,
                             label_steps=label_steps, **shared)  # fmt: skip
-    rest = {n: given[n] for n in NEXT_EVENT_ONLY} | {"next_item_weight": next_item_weight}
-    if next_item_weight is None:
-        rest["next_item_weight"] = 1.0
-    return SeqencModule(spec, **rest, **shared)
+    return SeqencModule(
+        spec,
+        loss=loss,
+        loss_options=loss_options,
+        masking=Masked(mask_prob, replace_rule, mask_last_prob),
+        terms=Terms(
+            next_item_weight,
+            contrastive_weight,
+            contrastive_temperature,
+            contrastive_min_share,
+            value_weight,
+        ),
+        ranking=Ranking(ks, filter_seen),
+        baskets=BasketOptions(basket_positives, basket_steps),
+        **shared,
+    )
 
 
 def _off(name: str, value: object) -> bool:

@@ -105,7 +105,7 @@ class SequenceDataModule(pl.LightningDataModule):
             column ``as_of`` if there; a named one must exist), and ``classification`` /
             ``regression`` (``auto``: see :func:`~seqenc.data.labels.infer_task`).
         val_share: with labels, the share of entities held out to pick the checkpoint (a fixed
-            draw; the test after ``fit`` scores them again).
+            draw; the test after ``fit`` scores them).
         vocabs_from: a bundle directory whose vocabularies encode the events (so its weights fit:
             ``model.init_from`` sets it), instead of vocabularies fitted on them.
         seed: the batch order depends only on this and the epoch. ``None`` (the default) takes
@@ -278,10 +278,8 @@ class SequenceDataModule(pl.LightningDataModule):
     @cached_property
     def label_table(self) -> Labels:
         """The checked label table (``data.labels``)."""
-        entity = self.events[1].entity
-        table = read_labels(
-            self.labels, entity, self.label_column, self.as_of_column, self.label_task
-        )
+        entity, labels = self.events[1].entity, self.labels
+        table = read_labels(labels, entity, self.label_column, self.as_of_column, self.label_task)
         rank_zero_info(f"label task: {table.task}")
         return table
 
@@ -297,8 +295,8 @@ class SequenceDataModule(pl.LightningDataModule):
 
     @property
     def labelled(self) -> LabelledRows | None:
-        """The (train, validation) labelled samples, each with its aggregates: what a fine-tuning
-        module is handed (the CLI links it); ``None`` without labels."""
+        """The labelled samples with their aggregates, handed to a fine-tuning module (the CLI
+        links it); ``None`` without labels."""
         if self.labels is None:
             return None
         return LabelledRows(*self._labelled[:2], as_of=self.label_table.as_of is not None)

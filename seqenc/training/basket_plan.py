@@ -9,7 +9,8 @@ log's training windows (:func:`basket_schedule`), so its cost grows with the log
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 
@@ -19,6 +20,23 @@ from seqenc.errors import SeqencError, ignored
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
 from seqenc.training.epochs import whole_epochs
+
+
+@dataclass(frozen=True)
+class BasketOptions:
+    """How a next-basket fit trains (``model.basket_positives``, ``model.basket_steps``).
+
+    Attributes:
+        basket_positives: what a basket trains on: ``"one"`` item of the next basket drawn per
+            line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`); ``"auto"``:
+            all under the basket protocol (printed at fit time, saved resolved).
+        basket_steps: the fit's optimizer steps; ``None``: from the log's training windows
+            (:func:`basket_schedule`, printed).
+    """
+
+    basket_positives: Literal["one", "all", "auto"] = "auto"
+    basket_steps: int | None = None
+
 
 BASKET_EPOCHS = 5
 MIN_BASKET_STEPS = 200

@@ -132,9 +132,10 @@ class EncoderModule(pl.LightningModule):
 
     def set_numeric_statistics(self, train: SequenceView | None) -> None:
         """Per-item numeric scaling reads each item's statistics of the training events ``train``
-        (the split the fit trains on, handed by the caller; ``None``: not known, the encoder's
-        own are kept); a model started from a bundle (``init_from``) keeps the bundle's, which
-        its weights learned on. Prints how the numbers are read."""
+        (the split the fit trains on, handed to the module; ``None`` is refused in one line
+        rather than training on statistics of nothing); a model started from a bundle
+        (``init_from``) keeps the bundle's, which its weights learned on. Prints how the
+        numbers are read."""
         if not self.config.n_numeric:
             return
         if train is not None:
@@ -148,7 +149,13 @@ class EncoderModule(pl.LightningModule):
         if self.config.numeric_scaling != "per_item":
             rank_zero_info("numeric features: one linear map of the signed log for every item")
             return
-        if self.hparams.init_from is None and train is not None:
+        if self.hparams.init_from is None:
+            if train is None:
+                raise SeqencError(
+                    "per-item numeric scaling reads each item's statistics of the training "
+                    "events: hand the module the data's splits (splits=datamodule.fit_splits, as "
+                    "seqenc fit does), or set encoder numeric_scaling 'global'"
+                )
             center, scale = view_statistics(train.store, train, self.config.n_items)
             self.encoder.embed.set_numeric_stats(torch.from_numpy(center), torch.from_numpy(scale))
         rank_zero_info(

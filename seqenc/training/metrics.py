@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +21,22 @@ def target_ranks(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     target_score = scores.gather(1, target[:, None])
     ahead = (scores > target_score) | (scores == target_score)
     return ahead.sum(1) - 1
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How a next-event fit is evaluated (``model.ks``, ``model.filter_seen``).
+
+    Attributes:
+        ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
+            basket protocol: :class:`BasketMetrics`).
+        filter_seen: drop the history's items from the ranking at evaluation (a repeated target
+            is then a miss). ``None``: on when few events repeat an earlier item of their entity
+            (MovieLens-style logs); where repeats are common, ranking them is the task.
+    """
+
+    ks: tuple[int, ...] = (10, 20)
+    filter_seen: bool | None = None
 
 
 class RankingMetrics(Metric):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import asdict
 from typing import Any, Literal
@@ -18,14 +17,15 @@ from seqenc.model.objectives import Causal, Masked
 from seqenc.model.ranking import NextItemScorer
 from seqenc.model.sampled import Proposal
 from seqenc.training.baselines import item_counts
-from seqenc.training.basket_plan import describe_baskets, resolve_positives
+from seqenc.training.basket_plan import BasketOptions, describe_baskets, resolve_positives
 from seqenc.training.encoder_module import EncoderModule
 from seqenc.training.loss_choice import loss_line, recorded_options, resolve_loss, what_trains
-from seqenc.training.metrics import BasketMetrics, RankingMetrics
+from seqenc.training.metrics import BasketMetrics, Ranking, RankingMetrics
 from seqenc.training.run_options import REPEAT_SHARE, check_options, resolve_encoder
-from seqenc.training.self_supervised import SelfSupervised, resolve_value_weight
+from seqenc.training.self_supervised import SelfSupervised, Terms, resolve_value_weight
 
 log = logging.getLogger(__name__)
+GROUPS = ("masking", "terms", "ranking", "baskets")  # options saved as their fields
 
 
 class SeqencModule(SelfSupervised, EncoderModule):
@@ -50,30 +50,15 @@ class SeqencModule(SelfSupervised, EncoderModule):
             printed at fit (:func:`~seqenc.training.loss_choice.resolve_loss`). Saved resolved. The repeat head takes ``"ce"`` or ``"sampled_softmax"``.
         loss_options: keyword arguments of the loss, e.g. ``{"n_negatives": 4096}`` (see
             :mod:`seqenc.model.losses`).
-        mask_prob, replace_rule, mask_last_prob: cloze masking for the masked objective
-            (:func:`~seqenc.model.masking.mask_items`; ``mask_prob`` also the share of values
-            withheld with ``value_weight``); refused where nothing reads them.
-        next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
-        contrastive_weight: weight of the entity-level contrastive loss (:mod:`seqenc.model.contrastive`:
-            two random slices of each history are a positive pair, the other entities of the batch
-            negatives, InfoNCE on the configured readout); 0 (the default) is off and costs nothing.
-        contrastive_temperature: InfoNCE temperature on cosine similarities.
-        contrastive_min_share: the shortest slice, as a share of the history's length.
-        value_weight: weight of the masked values' loss (:mod:`seqenc.model.values`: ``mask_prob``
-            of the events have their numbers withheld and predicted from the rest; needs numeric
-            features read per item); 0 (the default) is off; ``None``: 1 where the events carry
-            numbers read per item, else 0 (printed at fit time, saved resolved).
+        masking: cloze masking for the masked objective (:class:`~seqenc.model.objectives.Masked`,
+            :func:`~seqenc.model.masking.mask_items`; its ``mask_prob`` also the share of values
+            withheld with ``value_weight``); refused where nothing reads it.
+        terms: the self-supervised terms and their weights
+            (:class:`~seqenc.training.self_supervised.Terms`).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 0.
-        filter_seen: drop the history's items from the ranking at evaluation (a repeated target
-            is then a miss). ``None``: on when fewer than ``REPEAT_SHARE`` of the events are
-            repeats (MovieLens-style logs); where repeats are common, ranking them is the task.
-        basket_positives: with baskets, what a basket trains on: ``"one"`` item of the next basket
-            drawn per line and step, or ``"all"`` its items (:mod:`seqenc.model.basket_loss`);
-            ``"auto"``: all under the basket protocol (printed at fit time, saved resolved).
-        basket_steps: with baskets, the fit's optimizer steps; ``None``: from the log's training
-            windows (:func:`~seqenc.training.basket_plan.basket_schedule`, printed).
-        ks: cut-offs for HR@K and NDCG@K (recall@K and NDCG@K over the target basket under the
-            basket protocol, ``spec.baskets``: :class:`~seqenc.training.metrics.BasketMetrics`).
+        ranking: the evaluation's cut-offs and seen-item filter
+            (:class:`~seqenc.training.metrics.Ranking`).
+        baskets: how a next-basket fit trains (:class:`~seqenc.training.basket_plan.BasketOptions`).
         init_from: a bundle whose encoder weights start the training (the CLI reads the data with
             its vocabularies); the architecture options must give its shapes (else one line).
         splits: the data's splits (:attr:`SequenceDataModule.fit_splits
@@ -93,41 +78,33 @@ class SeqencModule(SelfSupervised, EncoderModule):
         encoder: EncoderConfig = EncoderConfig(),  # noqa: B008 (never mutated)
         loss: Literal["auto", "ce", "sampled_softmax", "bce", "gbce"] = "auto",
         loss_options: dict[str, Any] | None = None,
-        mask_prob: float = Masked.mask_prob,
-        replace_rule: bool = Masked.replace_rule,
-        mask_last_prob: float = Masked.mask_last_prob,
-        next_item_weight: float = 1.0,
-        contrastive_weight: float = 0.0,
-        contrastive_temperature: float = 0.1,
-        contrastive_min_share: float = 0.5,
-        value_weight: float | None = 0.0,
+        masking: Masked = Masked(),  # noqa: B008 (frozen)
+        terms: Terms = Terms(),  # noqa: B008 (frozen)
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
-        filter_seen: bool | None = None,
-        basket_positives: Literal["one", "all", "auto"] = "auto",
-        basket_steps: int | None = None,
-        ks: tuple[int, ...] = (10, 20),
+        ranking: Ranking = Ranking(),  # noqa: B008 (frozen)
+        baskets: BasketOptions = BasketOptions(),  # noqa: B008 (frozen)
         init_from: str | None = None,
         splits: FitSplits | None = None,
     ) -> None:
         super().__init__()
-        # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter.
-        self.save_hyperparameters(ignore=["spec", "splits"])
+        # The spec is data, saved by the DataModule's own state_dict, not as a hyperparameter;
+        # the groups are saved as their fields (the ``seqenc fit`` options of the same names).
+        self.save_hyperparameters(ignore=["spec", "splits", *GROUPS])
+        for group in (masking, terms, ranking, baskets):
+            self.hparams.update(asdict(group))
         self.spec, self.splits = spec, splits
-        self.objective = (
-            Causal(spec.baskets)
-            if objective == "causal"
-            else Masked(mask_prob, replace_rule, mask_last_prob)
-        )
+        self.objective = Causal(spec.baskets) if objective == "causal" else masking
         self.config = resolve_encoder(encoder, spec, self.objective)  # or a checkpoint's dict
-        self.hparams.basket_positives = resolve_positives(basket_positives, self.config)
-        self.hparams.value_weight = resolve_value_weight(value_weight, self.config)
-        trains = what_trains(objective, self.config.baskets, self.hparams.basket_positives)
+        positives = resolve_positives(baskets.basket_positives, self.config)
+        self.hparams.basket_positives = positives
+        self.hparams.value_weight = resolve_value_weight(terms.value_weight, self.config)
+        trains = what_trains(objective, self.config.baskets, positives)
         self.loss, self.loss_reason = resolve_loss(loss, spec.n_items - N_SPECIAL, trains)
         options = dict(self.hparams) | {"loss": self.loss}
-        defaults = inspect.signature(SeqencModule.__init__).parameters
-        check_options(options, self.config, {name: p.default for name, p in defaults.items()})
+        check_options(options, self.config, asdict(Masked()) | asdict(Terms()))
+        filter_seen = ranking.filter_seen
         self.filter_seen = spec.repeat_share < REPEAT_SHARE if filter_seen is None else filter_seen
         # Saved resolved: a checkpoint says what was trained, not what the data would pick.
         options = recorded_options(self.loss, loss_options)  # with the defaults: resume keeps them
@@ -141,7 +118,7 @@ class SeqencModule(SelfSupervised, EncoderModule):
         if init_from is not None:
             self.start_from(init_from)
         metrics = BasketMetrics if spec.baskets else RankingMetrics
-        self.val_metrics, self.test_metrics = metrics(ks), metrics(ks)
+        self.val_metrics, self.test_metrics = metrics(ranking.ks), metrics(ranking.ks)
 
     # ---- training -------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:

@@ -4,6 +4,8 @@ next-item (or cloze) loss, the contrastive loss over slices of one history, and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from seqenc.errors import SeqencError
@@ -28,6 +30,32 @@ def resolve_value_weight(weight: float | None, config: EncoderConfig) -> float:
     if weight is not None:
         return weight
     return 1.0 if values_per_item(config) else 0.0
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The self-supervised terms a next-event fit trains and their weights (``seqenc fit``'s
+    ``model.*`` options of the same names).
+
+    Attributes:
+        next_item_weight: weight of the objective's next-item (or cloze) loss; 0 trains without it.
+        contrastive_weight: weight of the entity-level contrastive loss
+            (:mod:`seqenc.model.contrastive`: two random slices of each history are a positive
+            pair, the other entities of the batch negatives, InfoNCE on the configured readout);
+            0 (the default) is off and costs nothing.
+        contrastive_temperature: InfoNCE temperature on cosine similarities.
+        contrastive_min_share: the shortest slice, as a share of the history's length.
+        value_weight: weight of the masked values' loss (:mod:`seqenc.model.values`: ``mask_prob``
+            of the events have their numbers withheld and predicted from the rest; needs numeric
+            features read per item); 0 (the default) is off; ``None``: 1 where the events carry
+            numbers read per item, else 0 (printed at fit time, saved resolved).
+    """
+
+    next_item_weight: float = 1.0
+    contrastive_weight: float = 0.0
+    contrastive_temperature: float = 0.1
+    contrastive_min_share: float = 0.5
+    value_weight: float | None = 0.0
 
 
 class SelfSupervised:
