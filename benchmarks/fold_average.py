@@ -18,13 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from downstream import (  # benchmarks/downstream.py, beside this script
-    DATASETS,
-    ROOT,
-    held_predictions,
-    prepare,
-    task_rows,
-)
+from downstream_data import DATASETS, ROOT, prepare, task_rows  # beside this script
+from downstream_fit import held_predictions
 
 from seqenc import load_encoder
 from seqenc.evaluate import aggregate_features, cv_folds

@@ -15,6 +15,8 @@ term's proposal is the training split's item frequency, as at fit. Writes ``--ou
 from __future__ import annotations
 
 import argparse
+import datetime
+import shlex
 import statistics
 import sys
 import time
@@ -26,11 +28,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import sampled_common as common  # noqa: E402
 from bench_scale import optimizer_step  # noqa: E402
-from bench_train import matmul_gflops  # noqa: E402
+from bench_train import build, cpu_name, matmul_gflops  # noqa: E402
 
+from seqenc.atomic import write_text  # noqa: E402
 from seqenc.model.optim import RowSparseAdamW  # noqa: E402
+from seqenc.model.sampled import Proposal  # noqa: E402
 
 
 def variant_args(variant: str) -> list[str]:
@@ -43,11 +46,23 @@ def variant_args(variant: str) -> list[str]:
 
 
 def build_variant(config: Path, data: Path, extra: list[str], variant: str):
-    """The module and data module of one variant (the sampled term's proposal set as at fit)."""
-    model, datamodule = common.build_fit(config, data, [*extra, *variant_args(variant)])
+    """The module and data module (set up for fit) of ``seqenc fit --config CONFIG --data.path
+    DATA EXTRA`` with the variant's loss; the sampled term's proposal as at fit: the training
+    split's item frequency."""
+    cli = build(["--config", str(config), "--data.path", str(data), *extra, *variant_args(variant)])
+    model, datamodule = cli.model, cli.datamodule
+    datamodule.setup("fit")
     if model.loss == "sampled_softmax":
-        model.proposal = common.fit_proposal(model, datamodule)
+        counts = datamodule.item_counts(model.config.n_items)
+        model.proposal = Proposal.from_counts(torch.from_numpy(counts))
     return model, datamodule
+
+
+def training_batches(datamodule, n: int, seed: int) -> list:
+    """The first ``n`` batches of the training loader, drawn once with ``seed``."""
+    torch.manual_seed(seed)
+    loader = iter(datamodule.train_dataloader())
+    return [next(loader) for _ in range(n)]
 
 
 def time_steps(model, batches: list) -> float:
@@ -65,7 +80,10 @@ def time_steps(model, batches: list) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_arguments(parser, ["ce", "sampled_softmax"], "sampled_cost.md")
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--variants", nargs="+", default=["ce", "sampled_softmax"])
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/sampled_cost.md")
+    parser.add_argument("--args", nargs=argparse.REMAINDER, default=[], help="fit overrides")
     parser.add_argument("--config", type=Path, default=ROOT / "configs/clicks.yaml")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
@@ -74,7 +92,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     gflops = matmul_gflops()
     models = {v: build_variant(args.config, args.data, args.args, v) for v in args.variants}
-    batches = common.training_batches(next(iter(models.values()))[1], args.steps, args.seed)
+    batches = training_batches(next(iter(models.values()))[1], args.steps, args.seed)
     seconds: dict[str, list[float]] = {v: [] for v in args.variants}
     for _ in range(args.rounds):
         for variant, (model, _) in models.items():
@@ -82,10 +100,12 @@ def main() -> int:
             print(variant, f"{seconds[variant][-1]:.3f} s/step", flush=True)
     base = statistics.median(seconds[args.variants[0]])
     events = sum(int(b.lengths.sum()) for b in batches) / len(batches)
+    command = f"python benchmarks/sampled_cost.py {shlex.join(sys.argv[1:])}"
+    now = datetime.datetime.now(datetime.UTC)
     lines = [
         "# The training step: exact softmax against sampled catalogue terms",
         "",
-        f"{common.run_line()}, {torch.get_num_threads()} thread(s), fp32 matmul "
+        f"`{command}`, {now:%Y-%m-%d %H:%M} UTC, {cpu_name()}, {torch.get_num_threads()} thread(s), fp32 matmul "
         f"{gflops:.0f} GFLOP/s at the start; {args.steps} steps of {events:,.0f} events on "
         f"average, median of {args.rounds} interleaved rounds.",
         "",
@@ -98,7 +118,8 @@ def main() -> int:
         lines.append(
             f"| `{variant}` | {model.loss} | {n_items:,} | {value:.3f} | {value / base:.3f} |"
         )
-    common.report(args.output, lines)
+    write_text(args.output, "\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
 
 

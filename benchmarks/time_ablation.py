@@ -29,7 +29,6 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from seqenc.atomic import write_text
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.data.schema import EventSchema
 from seqenc.training.baselines import baseline_metrics
@@ -122,14 +122,7 @@ def prepare(name: str, prepared: Path) -> dict:
         if not (ROOT / script).exists():
             raise SystemExit(f"{name}: {script} not found (it prepares {data['path']})")
         prepared.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            str(ROOT / script),
-            "--data",
-            str(SHARED / raw),
-            "--out",
-            str(prepared),
-        ]
+        cmd = [sys.executable, str(ROOT / script), "--data", str(SHARED / raw), "--out", str(prepared)]  # fmt: skip
         subprocess.run(cmd, check=True, cwd=ROOT)
     if not Path(data["path"]).exists():
         raise SystemExit(f"{name}: data file {data['path']} not found")
@@ -142,11 +135,6 @@ def data_overrides(data: dict) -> list[str]:
     for key, value in data.items():
         args += [f"--data.{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
     return args
-
-
-def read_config(config: Path) -> dict:
-    with open(config) as f:
-        return yaml.safe_load(f) or {}
 
 
 def filter_setting(config: dict, overrides: list[str]) -> str:
@@ -247,43 +235,12 @@ def train(
         "wall_s": wall,
         "run_dir": str(run_dir),
     }
-    write_json(out / "result.json", result)
+    write_text(out / "result.json", json.dumps(result, indent=1))  # whole or absent
     return result
 
 
-def early_stop(val: np.ndarray, patience: int, min_share: float) -> tuple[int, float]:
-    """``(epoch, loss)``: the epoch at which ``ConfiguredEarlyStopping(patience, min_share)`` would
-    end a run with validation curve ``val`` (its whole schedule), and the best validation NDCG@10
-    it would miss (the full run's best minus the best up to that epoch)."""
-    best, wait = -np.inf, 0
-    for epoch, value in enumerate(val, start=1):
-        best, wait = (value, 0) if value > best else (best, wait + 1)
-        if wait >= patience and epoch >= min_share * len(val):
-            return epoch, float(val.max() - best)
-    return len(val), 0.0
-
-
-def stopping(group: pd.DataFrame, patience: int, min_share: float) -> str:
-    """Median stop epoch and the worst missed validation NDCG@10 of a variant's runs; "—" for
-    runs that did not validate every epoch (the simulation reads one value per epoch)."""
-    stops = []
-    for run_dir, epochs in zip(group["run_dir"], group["epochs"], strict=True):
-        metrics = pd.read_csv(Path(run_dir) / "metrics.csv")
-        val = metrics.dropna(subset=["val/ndcg@10"])["val/ndcg@10"].to_numpy()
-        if len(val) != epochs:
-            return "—"
-        stops.append(early_stop(val, patience, min_share))
-    return f"{np.median([e for e, _ in stops]):.0f} / {max(loss for _, loss in stops):.4f}"
-
-
-def write_json(path: Path, obj: object) -> None:
-    """Write under a unique temporary name, then rename: a result file is whole or absent."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def mean_std(values: pd.Series) -> str:
+    """``mean ± std`` to four places (std NaN for one value)."""
     spread = values.std() if len(values) > 1 else float("nan")
     return f"{values.mean():.4f} ± {spread:.4f}"
 
@@ -294,8 +251,6 @@ def table(
     base: dict[str, dict[str, float]],
     reference: str,
     filt: str,
-    patience: int = 10,
-    min_share: float = 0.5,
 ) -> str:
     """The markdown section of one data set; ``base``: baseline metrics with seen items
     ``"kept"`` and ``"filtered"``; ``filt``: the model's seen-item filter setting."""
@@ -312,14 +267,9 @@ def table(
         f"`{reference}` (mean ± std over the seeds both ran). Catalogue term trained (the fit's "
         f"`loss:` line): {', '.join(f'`{term}`' for term in terms.unique())}.",
         "",
-        f"Early stopping (patience {patience}), simulated on each run's validation curve: "
-        f"median stop epoch / worst best-validation NDCG@10 missed, with `min_share` "
-        f"{min_share} (the configs) and 0 (patience alone).",
-        "",
         "| variant | overrides | seeds | test NDCG@10 | test HR@1 | test HR@10 | test MRR "
-        "| Δ NDCG@10 | better | epochs | best val epoch | s / epoch "
-        f"| stop, min_share {min_share} | stop, min_share 0 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Δ NDCG@10 | better | epochs | best val epoch | s / epoch |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ref = runs[runs.variant == reference].set_index("seed")["test/ndcg@10"]
     for variant, group in runs.groupby("variant", sort=False):
@@ -332,19 +282,19 @@ def table(
             f"| {variant} | `{overrides}` | {len(group)} | {mean_std(group['test/ndcg@10'])} "
             f"| {mean_std(group.get('test/hr@1', pd.Series(dtype=float)))} | {mean_std(group['test/hr@10'])} | {mean_std(group['test/mrr'])} | {delta} "
             f"| {better} | {group['epochs'].median():.0f} | {group['best_val_epoch'].median():.0f} "
-            f"| {group['epoch_s'].median():.2f} | {stopping(group, patience, min_share)} "
-            f"| {stopping(group, patience, 0.0)} |"
+            f"| {group['epoch_s'].median():.2f} |"
         )
     for seen, values in base.items():
         for method in dict.fromkeys(k.split("/")[0] for k in values if k.endswith("/mrr")):
             lines.append(
                 f"| baseline: {method}, seen {seen} | — | — | {values[f'{method}/ndcg@10']:.4f} "
-                f"| {values.get(f'{method}/hr@1', float('nan')):.4f} | {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | | | |"
+                f"| {values.get(f'{method}/hr@1', float('nan')):.4f} | {values[f'{method}/hr@10']:.4f} | {values[f'{method}/mrr']:.4f} | | | | | |"
             )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
+    """Runs the grid (resuming what is done) and writes one section per data set."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -359,7 +309,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="`seqenc fit` overrides of every run (after --)")
     args = parser.parse_args()
     config_path, args.runs_dir = args.config.resolve(), args.runs_dir.resolve()
-    config = read_config(config_path)
+    config = yaml.safe_load(config_path.read_text()) or {}
     max_epochs = args.max_epochs or int(config.get("trainer", {}).get("max_epochs", 20))
     reference = args.reference if args.reference in args.variants else args.variants[0]
     kept = config.get("early_stopping", {}).get("keep", "best")
@@ -413,23 +363,9 @@ def main() -> None:
         filt = filter_setting(config, args.extra + VARIANTS[reference])
         options = data[name] | data_options(args.extra)  # what the runs read, overrides included
         base = {seen: baselines(config, options, seen == "filtered") for seen in SEEN}
-        stop = config.get("early_stopping", {})
-        sections.append(
-            table(
-                name,
-                sub,
-                base,
-                reference,
-                filt,
-                int(stop.get("patience", 10)),
-                float(stop.get("min_share", 0.5)),
-            )
-        )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+        sections.append(table(name, sub, base, reference, filt))
     text = "\n".join(sections)
-    tmp = args.output.with_name(f".{args.output.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, args.output)
+    write_text(args.output, text)
     print(text)
 
 
