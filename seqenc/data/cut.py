@@ -188,6 +188,17 @@ def parse_column(values: pd.Series, name: str) -> RowCuts:
     return RowCuts(ns, out)
 
 
+def reference_seconds(cut: np.ndarray | None, newest: np.ndarray) -> np.ndarray:
+    """The time an entity's output is for, float epoch seconds: its cut-off where one is given,
+    else (``cut`` ``None``, or NaN in a row) its own newest event (``newest``, aligned with
+    ``cut``), never a time read from other entities. The one rule of the encoder's store
+    (``dt_ref``, the query time) and of the aggregates (tenure, recency), so that an entity's
+    output does not depend on what else is read with it."""
+    if cut is None:
+        return newest
+    return np.where(np.isnan(cut), newest, cut)
+
+
 def at_or_before(times: Times, cut: Cut | RowCuts) -> np.ndarray:
     """Which event ``times`` are at or before ``cut``: the one comparison of the project.
 
