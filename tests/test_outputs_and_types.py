@@ -95,7 +95,9 @@ def test_onnx_output_never_replaces_a_file_it_did_not_write(world, capsys, tmp_p
     log.write_bytes((tmp / "log" / "events.parquet").read_bytes())
     before = log.read_bytes()
     err = run_cli(["onnx", "--model", str(bundle), "--output", str(log)], capsys)
-    assert err.startswith("seqenc onnx: error: --output") and "not an ONNX graph seqenc wrote" in err, err
+    assert (
+        err.startswith("seqenc onnx: error: --output") and "not an ONNX graph seqenc wrote" in err
+    ), err
     assert log.read_bytes() == before
     graph = tmp_path / "model.onnx"
     for _ in range(2):  # its own graph (and digest) it replaces
