@@ -12,6 +12,7 @@ and its folder must take a first block; a full disk is one line (:func:`disk_ful
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import stat
@@ -29,24 +30,51 @@ except ImportError:  # pragma: no cover (Windows)
 
 # A write that fails for want of room: the disk (or quota) is full, or the file size limit hit.
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+MAX_JSON_BYTES = 1 << 26  # a --json output seqenc writes is far smaller: a larger file is not ours
 FIRST_WRITE = 1 << 16  # bytes a target's folder must take before any work (a first block or so)
 
 
-def file_target(target: str | Path, inputs: Iterable[str | Path] = ()) -> Path:
+def file_target(
+    target: str | Path,
+    inputs: Iterable[str | Path] = (),
+    *,
+    option: str = "output",
+    example: str = "embeddings.parquet",
+    ours: Callable[[Path], bool] | None = None,
+    what: str = "",
+) -> Path:
     """``target`` as a file path; refuses a trailing slash, an existing directory, anything but
-    a regular file in the way (a device, pipe or socket), one of ``inputs`` and a parent that
-    cannot take a first write, each with a message naming the path."""
+    a regular file in the way (a device, pipe or socket), an existing file ``ours`` does not
+    recognise as ``what`` the command writes (a file not ours), one of ``inputs`` and a parent
+    that cannot take a first write, each with a message naming the command's ``option`` and the
+    path (a directory: a file name such as ``example`` inside it)."""
     text = str(target)
     path = Path(text)
     if text.endswith(("/", os.sep)) or path.is_dir():
         raise SeqencError(
-            f"output {text!r} names a directory; refusing to overwrite it with a file: give a "
-            f"file path such as {str(path / 'embeddings.parquet')!r}"
+            f"{option} {text!r} names a directory; refusing to overwrite it with a file: give a "
+            f"file path such as {str(path / example)!r}"
         )
     _regular_or_absent(path)
-    not_an_input(path, inputs)
+    if ours is not None and path.is_file() and path.stat().st_size and not ours(path):
+        raise SeqencError(
+            f"{option} {text!r} exists and is not {what}; refusing to replace a file this "
+            "command did not write: choose another path"
+        )
+    not_an_input(path, inputs, option)
     _check_parent(path)
     return path
+
+
+def is_json(path: Path) -> bool:
+    """Whether ``path`` holds JSON text (what a ``--json`` output may replace)."""
+    try:
+        with path.open("rb") as f:
+            text = f.read(MAX_JSON_BYTES + 1)
+        json.loads(text)
+    except (OSError, ValueError):
+        return False
+    return len(text) <= MAX_JSON_BYTES
 
 
 def directory_target(
@@ -85,7 +113,7 @@ def _regular_or_absent(path: Path) -> None:
         )
 
 
-def not_an_input(output: Path, inputs: Iterable[str | Path]) -> None:
+def not_an_input(output: Path, inputs: Iterable[str | Path], option: str = "output") -> None:
     """Refuse an ``output`` that is one of ``inputs`` (by resolved path, or by inode: links and
     hard links) or, as a folder, holds one: a command never replaces what it reads."""
     target = output.resolve()
@@ -98,7 +126,7 @@ def not_an_input(output: Path, inputs: Iterable[str | Path]) -> None:
         if same:
             what = "holds the input" if output.is_dir() else "is the input"
             raise SeqencError(
-                f"output {str(output)!r} {what} {str(source)!r}; refusing to replace what the "
+                f"{option} {str(output)!r} {what} {str(source)!r}; refusing to replace what the "
                 "command reads: choose another output"
             )
 

@@ -13,6 +13,7 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from seqenc.errors import SeqencError
+from seqenc.integers import integer
 
 KINDS = ("cpu", "cuda", "mps")  # the torch devices seqenc runs on
 # Lightning's accelerator names → the torch device kinds that serve them ("auto": any).
@@ -84,8 +85,8 @@ def _count(devices: object) -> int | None:
     text = devices.strip() if isinstance(devices, str) else None
     if devices is None or text == "auto" or devices == -1 or text == "-1":
         return None
-    if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0:
-        return devices
+    if integer(devices) is not None and devices > 0:
+        return int(devices)
     if text and text.isdigit() and int(text) > 0:
         return int(text)
     indices = text.strip(",").split(",") if text else devices
@@ -100,7 +101,7 @@ def _index(value: object) -> bool:
     """Whether ``value`` is a device index (``0``, ``"1"``)."""
     if isinstance(value, str):
         return value.strip().isdigit()
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return integer(value) is not None and value >= 0
 
 
 @contextmanager

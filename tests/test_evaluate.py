@@ -58,11 +58,16 @@ def test_value_stats_summarise_each_values_numbers_in_time_order():
 def test_aggregates_match_hand_computed_values():
     agg = aggregate_features(tiny_log(), TINY_SCHEMA).set_index("user")
     u1, u2 = agg.loc["u1"], agg.loc["u2"]
-    # The log ends on day 5: recency and tenure are measured from there.
+    # No as_of: each entity's cut-off is its own newest event (u1: day 5, u2: day 3), not the
+    # log's end; tenure and recency are measured from there (recency 0).
     assert (u1["n_events"], u1["tenure_days"], u1["recency_days"]) == (4, 5, 0)
-    assert (u2["n_events"], u2["tenure_days"], u2["recency_days"]) == (2, 3, 2)
+    assert (u2["n_events"], u2["tenure_days"], u2["recency_days"]) == (2, 1, 0)
     assert u1["events_per_day"] == pytest.approx(4 / 5)
-    assert u2["events_per_day"] == pytest.approx(2 / 3)
+    assert u2["events_per_day"] == pytest.approx(2 / 1)
+    # At the log's end as an as_of, u2's recency and tenure count from day 5.
+    at_end = aggregate_features(tiny_log(), TINY_SCHEMA, tiny_log()["timestamp"].max())
+    u2_end = at_end.set_index("user").loc["u2"]
+    assert (u2_end["tenure_days"], u2_end["recency_days"]) == (3, 2)
     # u1's gaps: 1, 3, 1 days; u2's: one gap of 1 day.
     assert u1["gap_days_mean"] == pytest.approx(5 / 3)
     assert u1["gap_days_std"] == pytest.approx(np.std([1, 3, 1], ddof=1))

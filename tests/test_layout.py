@@ -17,6 +17,7 @@ LAYERS = [
         "seqenc.atomic",
         "seqenc.signals",
         "seqenc.reading",  # bounded reads of the files seqenc loads
+        "seqenc.integers",  # what an integer option is (numpy's too, never a bool)
         "seqenc.devices",  # what the machine has: every device and accelerator is resolved here
         "seqenc.cli_support",  # one-line errors for every command's main (onnx, probe, cli)
         "seqenc.training.metrics",

@@ -9,11 +9,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from seqenc.atomic import atomic_file, file_target
+from seqenc.atomic import atomic_file, file_target, is_json
 from seqenc.bundle import bundle_inputs
 from seqenc.compat.lineage import LINEAGE_FILE, MAP_FILE, Lineage
 from seqenc.compat.parent_map import DEFAULT_KIND, KINDS
-from seqenc.data.paths import expand_paths
+from seqenc.data.paths import expand_paths, output_file
 from seqenc.encoding import MAX_TOKENS, EncodeOptions
 from seqenc.evaluate.drift import CUTOFFS, align, drift
 from seqenc.inference import load_encoder
@@ -78,7 +78,8 @@ def run_drift(args: argparse.Namespace) -> None:
     events = args.events[0] if len(args.events) == 1 else args.events
     inputs = [*bundle_inputs(args.old), *bundle_inputs(args.new), *expand_paths(events)]
     if args.json:
-        file_target(args.json, inputs)  # before the report is computed
+        # before the report
+        output_file(args.json, inputs, [events], "--json", "drift.json", is_json, "JSON")
     old, new = load_encoder(args.old, "cpu"), load_encoder(args.new, "cpu")
     options = EncodeOptions(as_of=args.as_of, on_empty="skip", max_tokens=args.max_tokens)
     report = drift(old, new, events, options, k=args.k, sample=args.sample)

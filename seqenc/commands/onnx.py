@@ -17,4 +17,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    print(f"onnx: {export_onnx(args.model, args.output)}")
+    print(f"onnx: {export_onnx(args.model, args.output, option='--output')}")

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from seqenc.atomic import atomic_file, file_target
+from seqenc.atomic import atomic_file, is_json
 from seqenc.data.aggregates import check_id_kinds
 from seqenc.data.cut import parse, parse_column, same_cut, same_instants
 from seqenc.data.frames import check_column_names
 from seqenc.data.labels import AS_OF, check_label_columns, describe
-from seqenc.data.paths import expand_paths
+from seqenc.data.paths import expand_paths, output_file
 from seqenc.data.schema import EventSchema
 from seqenc.errors import SeqencError
 from seqenc.evaluate import aggregate_features, compare
@@ -61,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     inputs = [args.labels, *([args.embeddings] if args.embeddings else [])]
     inputs += expand_paths(args.events) if args.events else []
-    if args.json:
-        file_target(args.json, inputs)  # before the probes run
+    if args.json:  # before the probes run
+        sources = [args.labels, *(args.events or [])]
+        output_file(args.json, inputs, sources, "--json", "probe.json", is_json, "JSON")
     table = _run(args)
     print(f"task: {table.attrs['task_reason']}")
     print(format_table(table, args.folds, args.seed))

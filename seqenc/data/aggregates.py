@@ -180,7 +180,8 @@ class AggregateSpec:
     ) -> AggregateTable:
         """The aggregates of every cut-off row from its entity's events at or before its cut-off.
 
-        ``cutoffs``: ``None`` (every event; recency from the log's last event), one point in time
+        ``cutoffs``: ``None`` (every event; tenure and recency from each entity's own newest
+        event, :func:`~seqenc.data.cut.reference_seconds`), one point in time
         (every entity at it), or a DataFrame with the entity column and ``as_of_column`` (or
         :class:`RowCutoffs`), one output row per row of it that has an event at or before its
         cut-off. The cut is :func:`seqenc.data.cut.at_or_before`'s; no event at or before any
@@ -267,7 +268,7 @@ def _cutoff_rows(
         keys = pd.DataFrame({entity: pd.unique(df[entity])})
     check_id_kinds(keys, df, entity, "events'")
     keys.index.name = "_row"
-    ref = df["_t"].max() if cut is None else cut.seconds
+    ref = np.nan if cut is None else cut.seconds  # none given: each row's newest event
     rows = pd.DataFrame({entity: keys[entity].to_numpy(), "_ref": ref, "_row": keys.index})
     return rows, keys, cut
 
@@ -369,7 +370,8 @@ def aggregate_features(
     """The aggregates of ``events`` at ``as_of`` (:meth:`AggregateSpec.transform`'s cut-offs) by
     a spec fitted on the same events (:meth:`AggregateSpec.fit`), as a DataFrame: key columns
     first (the entity, and ``as_of_column`` for a table), then float64 features: ``n_events``;
-    with times ``tenure_days`` (cut-off − first event), ``recency_days`` (cut-off − last event),
+    with times ``tenure_days`` (cut-off − first event), ``recency_days`` (cut-off − last event;
+    without a cut-off, each entity's own newest event is its cut-off, so recency is 0),
     ``events_per_day`` (``n_events / max(tenure_days, 1)``), ``gap_days_{mean,std,median,max}``
     between consecutive events, and for sessions (events sharing a timestamp: a basket)
     ``n_sessions``, ``sessions_per_day``, ``session_size_{mean,max}``,

@@ -170,22 +170,90 @@ def instant_ticks(value: object) -> tuple[int, int] | None:
 
 
 def parse_column(values: pd.Series, name: str) -> RowCuts:
-    """A label table's column of cut-offs → :class:`RowCuts` (naive values are UTC; numbers are
-    epoch seconds), refusing in one line the first row that is not a point in time."""
+    """A label table's column of cut-offs → :class:`RowCuts`, each row read by :func:`parse`'s
+    rules: the same forms (a datetime column of any unit or zone; ISO text of any spelling, rows
+    mixing spellings; numbers or numeric text as epoch seconds), the same checks (a number above
+    :data:`MAX_EPOCH_SECONDS` refused as probable milliseconds, with a scalar's message) and the
+    same range (instants beyond the years 1678-2262 clipped to the nanosecond range, which every
+    event read per row lies within). A missing cut-off, a value that is no point in time, or a
+    column mixing instants and numbers is refused in one line naming the first such row."""
     if pd.api.types.is_bool_dtype(values):
         raise SeqencError(f"column {name!r} holds booleans, not points in time")
+    missing = values.isna().to_numpy()
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise SeqencError(
+            f"column {name!r} row {row}: no cut-off ({_shown(values.iloc[row])}): give every row a "
+            "point in time, or leave the column out to read whole histories"
+        )
+    if pd.api.types.is_datetime64_any_dtype(values):
+        ticks = values.dt.tz_convert("UTC") if values.dt.tz is not None else values
+        ticks = ticks.dt.tz_localize(None).to_numpy()
+        per_second = TICKS_PER_SECOND[np.datetime_data(ticks.dtype)[0]]
+        return _instant_cuts(ticks.view(np.int64), per_second)
     if pd.api.types.is_numeric_dtype(values):
-        ns, out = None, values.to_numpy(dtype=float)
-    else:
-        ts = pd.to_datetime(values, utc=True, errors="coerce")
-        bad = ts.isna().to_numpy()
-        ns = ts.dt.tz_localize(None).dt.as_unit("ns").to_numpy().view(np.int64)
-        out = np.where(bad, np.nan, seconds(ns, NS))
-    bad = ~np.isfinite(out)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise SeqencError(f"column {name!r} row {row}: not a point in time: {values.iloc[row]!r}")
-    return RowCuts(ns, out)
+        return RowCuts(None, _row_numbers(values, values.to_numpy(dtype=np.float64), name))
+    return _parsed_rows(values, name)
+
+
+def _shown(value: object) -> str:
+    """A cell as a message shows it: a numpy scalar as the Python value it holds."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def _row_numbers(values: pd.Series, numbers: np.ndarray, name: str) -> np.ndarray:
+    """Per-row epoch seconds checked as a scalar number is (:func:`_number`)."""
+    for bad, why in ((~np.isfinite(numbers), None), (np.abs(numbers) > MAX_EPOCH_SECONDS, 1)):
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            hint = "not finite" if why is None else unit_hint(numbers[bad])
+            raise SeqencError(f"column {name!r} row {row}: time {_shown(values.iloc[row])}: {hint}")
+    return numbers
+
+
+def _instant_cuts(ticks: np.ndarray, per_second: int | np.ndarray) -> RowCuts:
+    """Instants as ``(ticks, ticks per second)`` per row → :class:`RowCuts` (ns clipped to int64,
+    as :meth:`Cut.ticks` clips)."""
+    factor = NS // np.asarray(per_second, dtype=np.int64)
+    limit = _INT64_MAX // factor
+    ns = np.clip(ticks, -limit, limit) * factor
+    ns = np.where(ticks > limit, _INT64_MAX, np.where(ticks < -limit, -_INT64_MAX, ns))
+    return RowCuts(ns.astype(np.int64), seconds(ticks, per_second))
+
+
+def _parsed_rows(values: pd.Series, name: str) -> RowCuts:
+    """A column of text or mixed objects, each distinct value by :func:`parse`."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    parsed = []
+    for code, value in enumerate(uniques):
+        try:
+            parsed.append(instant_ticks(value) or _number(value))
+        except SeqencError as e:
+            row = int(np.argmax(codes == code))
+            raise SeqencError(f"column {name!r} row {row}: {e}") from None
+    instant = np.array([isinstance(p, tuple) for p in parsed])
+    if instant.any() and not instant.all():
+        rows = [int(np.argmax(codes == np.argmax(instant == k))) for k in (True, False)]
+        raise SeqencError(
+            f"column {name!r} mixes instants (row {rows[0]}: {_shown(values.iloc[rows[0]])}) and "
+            f"epoch numbers (row {rows[1]}: {_shown(values.iloc[rows[1]])}): give every row one "
+            "form"
+        )
+    if not instant.all():
+        return RowCuts(None, np.asarray(parsed, dtype=np.float64)[codes])
+    ticks = np.array([t for t, _ in parsed], dtype=np.int64)[codes]
+    return _instant_cuts(ticks, np.array([p for _, p in parsed], dtype=np.int64)[codes])
+
+
+def reference_seconds(cut: np.ndarray | None, newest: np.ndarray) -> np.ndarray:
+    """The time an entity's output is for, float epoch seconds: its cut-off where one is given,
+    else (``cut`` ``None``, or NaN in a row) its own newest event (``newest``, aligned with
+    ``cut``), never a time read from other entities. The one rule of the encoder's store
+    (``dt_ref``, the query time) and of the aggregates (tenure, recency), so that an entity's
+    output does not depend on what else is read with it."""
+    if cut is None:
+        return newest
+    return np.where(np.isnan(cut), newest, cut)
 
 
 def at_or_before(times: Times, cut: Cut | RowCuts) -> np.ndarray:

@@ -119,7 +119,11 @@ def read_labels(
             raise SeqencError(f"{where} have no column {column!r} (columns: {list(frame.columns)})")
     as_of_column = as_of_column or AS_OF
     keys = [entity] + ([as_of_column] if as_of_column in frame.columns else [])
+    cut = None
     try:
+        if len(keys) == 2:  # every row's cut-off read before any row is dropped; keys by instant
+            cut = parse_column(frame[as_of_column], as_of_column)
+            frame = frame.reset_index(drop=True).assign(**{as_of_column: cut.as_column()})
         frame, counts = label_rows(frame, label_column, keys)
     except SeqencError as e:
         raise SeqencError(f"{where}: {e}") from None
@@ -132,7 +136,7 @@ def read_labels(
     values = frame[label_column].to_numpy()
     task, why = infer_task(values) if task == "auto" else (task, "data.label_task")
     target, spec = _code(values, task, f"{where} column {label_column!r}")
-    cut = parse_column(frame[as_of_column], as_of_column) if len(keys) == 2 else None
+    cut = None if cut is None else cut.take(frame.index.to_numpy())  # the rows kept
     return Labels(frame[entity].to_numpy(), target, spec, f"{task} ({why})", cut)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from seqenc.errors import SeqencError
+from seqenc.integers import integer
 
 MAX_AUTO_HISTORY = 512  # the longest history "auto" chooses: attention a 2-core machine trains
 AUTO_QUANTILE = 0.95  # "auto" covers this share of the entities' whole histories
@@ -14,7 +15,9 @@ AUTO_QUANTILE = 0.95  # "auto" covers this share of the entities' whole historie
 def check_history_len(setting: object, sharded: bool) -> None:
     """A ``history_len`` setting is a positive integer or ``"auto"`` (which reads every entity's
     length, so not with sharded reading)."""
-    if setting != "auto" and not (isinstance(setting, int) and setting >= 1):
+    if not (isinstance(setting, str) and setting == "auto") and not (
+        integer(setting) is not None and setting >= 1
+    ):
         raise SeqencError(f"data.history_len must be a positive integer or 'auto', got {setting!r}")
     if setting == "auto" and sharded:
         raise SeqencError("data.history_len 'auto' reads every entity's length: set a number")

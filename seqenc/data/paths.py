@@ -20,9 +20,10 @@ import fnmatch
 import glob
 import gzip
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from seqenc.atomic import file_target
 from seqenc.errors import SeqencError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -193,6 +194,36 @@ def would_read(source: str | os.PathLike | Sequence[str | os.PathLike], path: Pa
                     ):
                         return True
     return False
+
+
+def not_read_next(output: Path, sources: Sequence[object], option: str = "output") -> None:
+    """Refuse an ``output`` that one of ``sources`` (event-log arguments: a directory or a glob)
+    would read next time (:func:`would_read`): the next read would take it for events."""
+    for source in sources:
+        if would_read(source, output):
+            raise SeqencError(
+                f"{option} {str(output)!r} lies where the input {source!r} reads events: the "
+                "next read would take it for events; choose a path outside it (or a name "
+                "starting with '_' or '.')"
+            )
+
+
+def output_file(
+    target: str | Path,
+    inputs: Sequence[str | os.PathLike],
+    sources: Sequence[object],
+    option: str,
+    example: str,
+    ours: Callable[[Path], bool] | None = None,
+    what: str = "",
+) -> Path:
+    """The one rule of a command's output file, checked before any work: :func:`file_target`'s
+    (no directory, no input, no file the command did not write, a writable folder) and
+    :func:`not_read_next` (not where an event-log argument would read it next); every message
+    names the command's ``option``."""
+    path = file_target(target, inputs, option=option, example=example, ours=ours, what=what)
+    not_read_next(path, sources, option)
+    return path
 
 
 def _glob_matches(pattern: tuple[str, ...], parts: tuple[str, ...], asked: tuple[str, ...]) -> bool:

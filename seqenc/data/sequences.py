@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seqenc.data.bounds import VocabBounds
-from seqenc.data.cut import EXACT, Cut, parse
+from seqenc.data.cut import EXACT, Cut, parse, reference_seconds
 from seqenc.data.events import DEFAULT_SCHEMA, Source, read_events
 from seqenc.data.schema import EventSchema
 from seqenc.data.vocab import Vocabularies
@@ -209,9 +209,9 @@ def _gaps(
     dt_prev = np.zeros(len(times), dtype=np.float64)
     dt_prev[1:] = np.diff(times)
     dt_prev[starts] = 0.0
-    if ref_time is None:
-        ref_time = times[ends - 1][codes] if len(times) else times
-    return dt_prev, ref_time - times
+    newest = times[ends - 1][codes] if len(times) else times
+    cut = None if ref_time is None else np.asarray(ref_time, dtype=np.float64)
+    return dt_prev, reference_seconds(cut, newest) - times
 
 
 def _encoded_values(

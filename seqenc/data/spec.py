@@ -7,6 +7,7 @@ from typing import Any
 from seqenc.data.schema import EventSchema
 from seqenc.data.vocab import Vocabularies
 from seqenc.errors import SeqencError
+from seqenc.integers import integer
 
 
 class DataSpec:
@@ -41,8 +42,9 @@ class DataSpec:
         baskets: bool = False,
         labels: dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(history_len, int) or isinstance(history_len, bool) or history_len < 1:
+        if integer(history_len) is None or history_len < 1:
             raise SeqencError(f"history_len must be a positive integer, got {history_len!r}")
+        history_len = int(history_len)
         missing = [c for c in schema.categorical if c not in vocabs.categorical]
         if missing:
             raise SeqencError(f"no vocabulary for categorical column(s) {missing}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from seqenc.data.cut import reference_seconds
+
 DAY = 86400.0
 
 
@@ -24,7 +26,8 @@ def gap_stats(ev: pd.DataFrame, prefix: str) -> pd.DataFrame:
 def time_features(ev: pd.DataFrame, g, n: pd.Series) -> pd.DataFrame:
     """Tenure, recency, rate, gaps between events, and the same for *sessions*: the events of an
     entity that share one timestamp (a basket on a day-resolution log, a burst on a finer one)."""
-    ref, first, last = g["_ref"].first(), g["_t"].min(), g["_t"].max()
+    first, last = g["_t"].min(), g["_t"].max()
+    ref = pd.Series(reference_seconds(g["_ref"].first().to_numpy(), last.to_numpy()), last.index)
     tenure = (ref - first) / DAY
     sessions = ev.drop_duplicates(["_row", "_t"])
     per_session = ev.groupby(["_row", "_t"], sort=True).size().groupby(level=0)

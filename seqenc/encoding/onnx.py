@@ -11,6 +11,7 @@ the bundle's ``config_hash`` and ``weights_sha256``, so a graph of other weights
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -95,9 +96,13 @@ def example_inputs(meta: BundleMeta, inputs: list[str]) -> tuple[Tensor, ...]:
     return tuple(values[name] for name in inputs)
 
 
-def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
+def export_onnx(
+    bundle: str | Path, output: str | Path | None = None, option: str = "output"
+) -> Path:
     """Export the entity embedding of ``bundle`` to ``output`` (default ``<bundle>/model.onnx``) and
-    write ``<output>.sha256``; both atomically. Returns the graph's path."""
+    write ``<output>.sha256``; both atomically. Returns the graph's path. An existing file at
+    either is replaced only when it is a graph seqenc wrote (and its digest), else refused in one
+    line naming ``option`` (the command's ``onnx --output``)."""
     try:
         import onnx
     except ImportError as e:
@@ -105,7 +110,11 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
     encoder, meta, _ = load_bundle(bundle)
     output = Path(bundle) / ONNX_FILE if output is None else Path(output)
     read = bundle_inputs(bundle)
-    file_target(f"{output}.sha256", read)  # both targets checked before the export
+    for target, ours, what in (
+        (output, _is_our_graph, "an ONNX graph seqenc wrote"),
+        (Path(f"{output}.sha256"), _is_digest, "a digest file"),
+    ):  # both checked before the export
+        file_target(target, read, option=option, example=ONNX_FILE, ours=ours, what=what)
     inputs = graph_inputs(meta)
     per_row = {"lengths": {0: "batch"}, "dt_query": {0: "batch"}, "embedding": {0: "batch"}}
     dynamic = {k: per_row.get(k, {0: "batch", 1: "length"}) for k in [*inputs, "embedding"]}
@@ -136,3 +145,21 @@ def export_onnx(bundle: str | Path, output: str | Path | None = None) -> Path:
     with atomic_file(f"{output}.sha256", read) as tmp:
         tmp.write_text(f"{digest}  {output.name}\n")
     return output
+
+
+def _is_our_graph(path: Path) -> bool:
+    """Whether ``path`` is an ONNX graph with seqenc's metadata (what ``seqenc onnx`` writes)."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 (any file onnx cannot parse is not ours)
+        return False
+    return any(p.key == "seqenc.model" for p in proto.metadata_props)
+
+
+def _is_digest(path: Path) -> bool:
+    """Whether ``path`` holds one ``<sha256>  <name>`` line (the digest beside a graph)."""
+    if path.stat().st_size > 4096:
+        return False
+    return re.fullmatch(r"[0-9a-f]{64}  \S+\n?", path.read_text(errors="replace")) is not None

@@ -15,7 +15,8 @@ from seqenc.bundle import BundleMeta
 from seqenc.compat.lineage import SPACES
 from seqenc.data.cut import Cut, parse
 from seqenc.encoding.backends import BACKENDS
-from seqenc.errors import SeqencError
+from seqenc.errors import SeqencError, ignored
+from seqenc.integers import integer
 
 OUTPUTS = ("pandas", "numpy", "torch", "arrow")
 # What to do with an entity whose events all lie after as_of: one meaning everywhere; the default
@@ -33,10 +34,12 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
 
 
 def positive_int(name: str, value: object) -> int:
-    """``value`` if it is an int >= 1 (not a bool), else a one-line error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """``value`` as an ``int`` if it is an integer >= 1 (:func:`~seqenc.integers.integer`: numpy's
+    too, never a bool), else a one-line error naming ``name``."""
+    number = integer(value)
+    if number is None or number < 1:
         raise SeqencError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return number
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,13 @@ class EncodeOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "cut", parse(self.as_of))
         check_choice("on_empty", self.on_empty, ON_EMPTY)
-        positive_int("batch_size", self.batch_size)
-        positive_int("max_tokens", self.max_tokens)
+        for name in ("batch_size", "max_tokens"):  # stored as Python ints (numpy's accepted)
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         check_choice("space", self.space, SPACES)
+        if self.parent is not None and self.space != "parent":
+            raise ignored(
+                "parent", self.parent, f"it checks space='parent', and space={self.space!r}"
+            )
         check_choice("backend", self.backend, BACKENDS)
         if self.onnx is not None and self.backend != "onnxruntime":
             raise SeqencError(

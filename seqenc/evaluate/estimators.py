@@ -110,3 +110,58 @@ def fit_estimator(search, x: np.ndarray, y: np.ndarray) -> None:
             f"a training fold of {len(y)} rows is too small for the probe's inner splits: "
             f"{' '.join(str(e).split())} (give more label rows or fewer folds)"
         ) from e
+
+
+INNER_FOLDS = 3  # the linear classifier's inner folds (C_GRID's search)
+STACK_FOLDS = 5  # a stacked block's cross-fitting folds (seqenc.evaluate.stacking)
+EARLY_STOP_SHARE = 0.1  # the share of a tree fit that its early stopping scores (sklearn's)
+
+
+def check_fold_sizes(
+    y: np.ndarray, task: str, model: Model, splits: list, seed: int, stacked: bool
+) -> None:
+    """Refuse, before any fit, folds whose training rows are too few for what fits on them: the
+    linear probe's inner folds (each class :data:`INNER_FOLDS` times), the tree probe's held-out
+    part and early stopping (each class on both sides), a stacked block's :data:`STACK_FOLDS`
+    cross-fitting folds and the linear fit inside each; one line naming the fold."""
+    _, _, _, model_selection, _, _ = sklearn_modules()
+    for k, (train, _) in enumerate(splits):
+        rows = y[train]
+        try:
+            if stacked:
+                inner = estimator(task, "linear", STACK_FOLDS, seed)[0]
+                for fit_rows, _ in inner.split(np.zeros((len(rows), 1)), rows):
+                    _linear_fits(rows[fit_rows], task)
+            if model == "linear":
+                _linear_fits(rows, task)
+            else:
+                holdout = estimator(task, "trees", 2, seed)[1].split
+                ((fit_rows, held),) = holdout.split(np.zeros((len(rows), 1)), rows)
+                if task == "regression" and len(held) < 2:  # its R² picks the leaf count
+                    raise ValueError(f"the held-out part has {len(held)} row, R² needs 2")
+                stratify = None if task == "regression" else rows[fit_rows]
+                model_selection.train_test_split(
+                    rows[fit_rows], test_size=EARLY_STOP_SHARE, stratify=stratify
+                )
+        except ValueError as e:
+            raise SeqencError(
+                f"fold {k + 1} of {len(splits)}: its {len(rows)} training rows are too few for "
+                f"the {'stacked ' if stacked else ''}{model} probe: {' '.join(str(e).split())} "
+                "(give more label rows or fewer folds)"
+            ) from None
+
+
+def _linear_fits(y: np.ndarray, task: str) -> None:
+    """A ValueError unless the linear probe can fit on labels ``y``: two rows (ridge), else two
+    classes of at least :data:`INNER_FOLDS` rows each (its inner folds)."""
+    if task == "regression":
+        if len(y) < 2:
+            raise ValueError(f"ridge needs 2 rows, got {len(y)}")
+        return
+    counts = np.bincount(y)
+    counts = counts[counts > 0]
+    if len(counts) < 2 or counts.min() < INNER_FOLDS:
+        raise ValueError(
+            f"the inner {INNER_FOLDS} folds need two classes of {INNER_FOLDS} rows each, "
+            f"got class counts {sorted(counts.tolist())}"
+        )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from seqenc.data.cut import parse_column
 from seqenc.data.events import Events, Source, read_events
 from seqenc.errors import SeqencError
 
@@ -30,7 +31,8 @@ def embed_at(
 
     Returns the key columns (the entity under the name used in ``cutoffs``, and ``as_of_column``)
     and ``columns`` of the output (``embedding``; a fine-tuned bundle's ``probabilities`` or
-    ``prediction``); rows without an event at or before their cut-off are left out.
+    ``prediction``); rows without an event at or before their cut-off are left out. The cut-offs
+    are read as a label table's (:func:`~seqenc.data.cut.parse_column`: a missing one refused).
     """
     schema = encoder.meta.schema
     entity = entity or schema.entity
@@ -39,6 +41,7 @@ def embed_at(
             raise SeqencError(
                 f"cutoffs have no column {column!r} (columns: {list(cutoffs.columns)})"
             )
+    parse_column(cutoffs[as_of_column], as_of_column)  # a label table's rules, every row checked
     table = read_events(events, schema, exact=True)  # each call cuts on the events' ticks
     ids = table[schema.entity].to_pandas()
     parts = []
@@ -67,7 +70,8 @@ def predict_at(
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """A fine-tuned bundle's predictions at every row of ``cutoffs`` (:func:`embed_at`'s rows, the
     predictions ``encode`` gives with them): the key columns and ``[n, k]`` probabilities of the
-    head's classes, or ``[n]`` numbers."""
+    head's classes, or ``[n]`` numbers (no row with an event at or before its cut-off: 0 rows,
+    as :func:`embed_at`)."""
     head = encoder.model.head
     if head is None:
         raise SeqencError(f"bundle {encoder.meta.name!r} has no label head (not fine-tuned)")
@@ -77,4 +81,7 @@ def predict_at(
         batch_size=batch_size, columns=(column,),
     )  # fmt: skip
     values = table.pop(column).to_numpy()
-    return table, np.stack(values) if column == "probabilities" else values.astype(np.float32)
+    if column == "prediction":
+        return table, values.astype(np.float32)
+    width = len(head.classes)  # no row at or before its cut-off: [0, k]
+    return table, np.stack(values) if len(values) else np.zeros((0, width), np.float32)

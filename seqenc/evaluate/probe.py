@@ -16,7 +16,13 @@ import pandas as pd
 
 from seqenc.data.labels import infer_task, label_rows, regression_targets
 from seqenc.errors import SeqencError
-from seqenc.evaluate.estimators import Model, estimator, fit_estimator, sklearn_modules
+from seqenc.evaluate.estimators import (
+    Model,
+    check_fold_sizes,
+    estimator,
+    fit_estimator,
+    sklearn_modules,
+)
 from seqenc.evaluate.stacking import cross_fitted
 from seqenc.scores import prediction_scores, r2
 
@@ -189,6 +195,7 @@ def probe(
     x, stacked, y, counts = _align(features, labels, label_column, on, stack)
     task, why = probe_task(y, task)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
+    check_fold_sizes(y, task, model, splits, seed, stacked is not None)  # before any fit
     folds, base = defaultdict(list), defaultdict(list)  # metric -> one value per fold
     for train, test in splits:
         for name, value in probe_fold(

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from seqenc.evaluate.estimators import estimator, fit_estimator
+from seqenc.evaluate.estimators import STACK_FOLDS, estimator, fit_estimator
 
-FOLDS = 5  # cross-fitting folds inside the training rows
+FOLDS = STACK_FOLDS  # cross-fitting folds inside the training rows (sizes checked before any fit:
+# seqenc.evaluate.estimators.check_fold_sizes)
 FLOOR = 1e-6  # probability floor of the log-probability scores (a class a fit never saw)
 
 

@@ -23,7 +23,7 @@ import lightning.pytorch as pl
 
 from seqenc.atomic import directory_target, file_target
 from seqenc.bundle import bundle_inputs
-from seqenc.data.paths import expand_paths, would_read
+from seqenc.data.paths import expand_paths, not_read_next
 from seqenc.devices import check_accelerator, trainer_options
 from seqenc.encoding import EncodeOptions, last_step, load_on
 from seqenc.encoding.outputs import output_schema
@@ -56,12 +56,7 @@ def _refuse_overwriting_inputs(events: object, files: list[Path], output: Path) 
                 f"output {str(output)!r} {what} {str(f)!r}; refusing to replace the event log: "
                 "choose another output"
             )
-    if would_read(events, output):
-        raise SeqencError(
-            f"output {str(output)!r} lies where the input {events!r} reads events: the next read "
-            "would take the embeddings for events; choose an output outside it (or a name "
-            "starting with '_' or '.')"
-        )
+    not_read_next(output, [events])
 
 
 def export_embeddings(

@@ -32,8 +32,8 @@ class ExportOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        positive_int("chunk_events", self.chunk_events)
-        positive_int("row_group_size", self.row_group_size)
+        for name in ("chunk_events", "row_group_size"):  # stored as Python ints
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
 
 
 def export_options(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seqenc.errors import SeqencError
+from seqenc.integers import integer
 from seqenc.model.batch import N_SPECIAL
 
 POSITIONALS = ("learned", "rope", "none")
@@ -143,9 +144,10 @@ class EncoderConfig:
             "n_layers",
             "ffn_mult",
         ):  # sizes first: d_model % n_heads
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SeqencError(f"EncoderConfig: {name}={value!r} must be a whole number >= 1")
+            given = getattr(self, name)  # a Python int once checked (numpy's accepted)
+            if integer(given) is None or given < 1:
+                raise SeqencError(f"EncoderConfig: {name}={given!r} must be a whole number >= 1")
+            setattr(self, name, int(given))
         checks = [
             (
                 self.n_items > N_SPECIAL or self.n_items == 0,

@@ -49,8 +49,27 @@ class _Pool:
             self.free.sort(key=Tensor.numel, reverse=True)
             del self.free[KEPT_BUFFERS:]
 
+    def nbytes(self) -> int:
+        """Bytes the free buffers hold."""
+        with self.lock:
+            return sum(b.numel() * b.element_size() for b in self.free)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+
 
 POOL = _Pool()
+
+
+def release() -> int:
+    """Free the pool's kept buffers (at most :data:`KEPT_BUFFERS`, the largest logit matrices of
+    the last steps): call it when a fit ends, so the process does not keep them for its life.
+    Returns the bytes released. Buffers still lent (a graph saves them) come back later and are
+    kept again until the next call: the pool never holds more than ``KEPT_BUFFERS`` buffers."""
+    held = POOL.nbytes()
+    POOL.clear()
+    return held
 
 
 class _Lent:
