@@ -48,7 +48,7 @@ from seqenc.atomic import write_text
 from seqenc.commands.train import SeqencCLI
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
-from seqenc.training.module import SeqencModule
+from seqenc.commands.model import fit_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = "sasrec_ml1m"
@@ -138,7 +138,7 @@ def build(args: list[str]) -> SeqencCLI:
     the command would train (built quietly, without a logger)."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         cli = SeqencCLI(
-            SeqencModule,
+            fit_model,
             SequenceDataModule,
             run=False,
             args=args,

@@ -34,6 +34,7 @@ from bench_train import build, cpu_name, matmul_gflops  # noqa: E402
 from seqenc.atomic import write_text  # noqa: E402
 from seqenc.model.optim import RowSparseAdamW  # noqa: E402
 from seqenc.model.sampled import Proposal  # noqa: E402
+from seqenc.training.baselines import item_counts  # noqa: E402
 
 
 def variant_args(variant: str) -> list[str]:
@@ -53,7 +54,7 @@ def build_variant(config: Path, data: Path, extra: list[str], variant: str):
     model, datamodule = cli.model, cli.datamodule
     datamodule.setup("fit")
     if model.loss == "sampled_softmax":
-        counts = datamodule.item_counts(model.config.n_items)
+        counts = item_counts(datamodule.splits[0], model.config.n_items)[: model.config.n_items]
         model.proposal = Proposal.from_counts(torch.from_numpy(counts))
     return model, datamodule
 

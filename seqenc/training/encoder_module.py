@@ -3,7 +3,7 @@ decay, the norm clip that counts the item table's sparse gradient, the encoder's
 every checkpoint (and a checkpoint that does not fit refused in one line), a start from a bundle's
 encoder weights and the per-item numeric statistics of the training events.
 
-The next-event module (:class:`~seqenc.training.module.SeqencModule`) and the label module
+The logits memory a fit reuses is released when it ends. The next-event module (:class:`~seqenc.training.module.SeqencModule`) and the label module
 (:class:`~seqenc.finetune.module.LabelModule`) subclass it; each sets ``spec``, ``config``,
 ``encoder`` and ``objective`` and saves ``lr``, ``weight_decay``, ``warmup_steps`` and
 ``init_from`` as hyper-parameters.
@@ -28,6 +28,7 @@ from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.objectives import Causal, Masked
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
+from seqenc.model.workspace import release
 from seqenc.training.run_options import shape_mismatch
 
 
@@ -116,6 +117,11 @@ class EncoderModule(pl.LightningModule):
         for optimizer in self.trainer.optimizers:
             for group, decay in zip(optimizer.param_groups, (hp.weight_decay, 0.0), strict=True):
                 group["weight_decay"] = decay
+
+    def on_fit_end(self) -> None:
+        """The logits memory the fit reused (:mod:`seqenc.model.workspace`) given back: a process
+        that goes on after a fit does not keep it."""
+        release()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The encoder's architecture beside its weights, so a checkpoint converts to a bundle."""
