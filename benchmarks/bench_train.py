@@ -45,10 +45,10 @@ import pyarrow.parquet as pq
 import torch
 
 from seqenc.atomic import write_text
+from seqenc.commands.model import fit_model
 from seqenc.commands.train import SeqencCLI
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.model.optim import RowSparseAdamW, clip_grad_norm
-from seqenc.commands.model import fit_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = "sasrec_ml1m"
