@@ -13,6 +13,15 @@ import numpy as np
 from seqenc.errors import SeqencError
 
 
+def scored_kind(task: str, n_classes: int) -> str:
+    """What is scored, from a label's task (``classification`` or ``regression``, the one rule
+    :func:`~seqenc.data.labels.infer_task`) and its number of classes: ``binary``,
+    ``multiclass`` or ``regression`` (the probe's ``task`` and :func:`prediction_scores`' kind)."""
+    if task == "regression":
+        return "regression"
+    return "binary" if n_classes == 2 else "multiclass"
+
+
 def score_name(task: str) -> str:
     """The score's name: ``r2`` (numbers) or ``roc_auc`` (classes)."""
     return "r2" if task == "regression" else "roc_auc"

@@ -474,6 +474,6 @@ def test_embed_refuses_an_onnx_graph_the_torch_backend_would_ignore(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 1
     assert err[-1] == (
-        "seqenc embed: error: --onnx g.onnx would be ignored: the graph runs with --backend "
-        "onnxruntime, and the backend is torch"
+        "seqenc embed: error: --onnx would be ignored: the graph runs with --backend "
+        "onnxruntime, and the backend is torch; drop it (got 'g.onnx')"
     )

@@ -318,3 +318,16 @@ def test_a_fused_bundle_written_before_the_finetune_package_loads_and_predicts_t
     np.testing.assert_allclose(
         probabilities, np.load(root / "expected_probabilities.npy"), atol=1e-5
     )
+
+
+def test_a_regression_target_constant_on_its_training_rows_is_one_line():
+    """Issue 67: the hold-out can take a label table's only other values; the fit then had one
+    number to learn and wrote a bundle without a word."""
+    labels = {"task": "regression", "classes": [], "center": 1.0, "scale": 1.0}
+    spec = DataSpec(EventSchema(), Vocabularies(Vocabulary(list(range(10)))), 8, labels=labels)
+    train = SimpleNamespace(rows=np.arange(8), targets=np.zeros(8, dtype=np.float32))
+    held = SimpleNamespace(rows=np.arange(2), targets=np.array([1.0, -1.0], dtype=np.float32))
+    with pytest.raises(SeqencError, match="one value on all 8 training rows"):
+        label_module(spec, LabelledRows(train, held, as_of=False), encoder=SMALL)
+    varied = SimpleNamespace(rows=np.arange(8), targets=np.arange(8, dtype=np.float32))
+    assert label_module(spec, LabelledRows(varied, held, as_of=False), encoder=SMALL).head.task

@@ -244,7 +244,7 @@ def test_shape_options_are_exactly_the_options_that_change_the_weights():
     [
         (
             {"encoder": replace(SMALL, repeat_head=True), "loss_options": {"label_smoothing": 0.1}},
-            "model.loss_options {'label_smoothing': 0.1} would be ignored",
+            "model.loss_options would be ignored: the repeat head's mixture",
         ),
         (
             {"encoder": replace(SMALL, repeat_head=True), "loss": "bce"},

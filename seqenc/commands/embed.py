@@ -9,7 +9,7 @@ import logging
 from seqenc.compat.lineage import SPACES
 from seqenc.encoding import MAX_TOKENS, ON_EMPTY, EncodeOptions
 from seqenc.encoding.backends import BACKENDS, ONNX_FILE
-from seqenc.errors import SeqencError
+from seqenc.errors import ignored
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,10 +63,8 @@ def encode_options(args: argparse.Namespace) -> EncodeOptions:
     """The :class:`EncodeOptions` of the command line (``--onnx`` without ``--backend
     onnxruntime`` refused in the command line's words)."""
     if args.onnx is not None and args.backend != "onnxruntime":
-        raise SeqencError(
-            f"--onnx {args.onnx} would be ignored: the graph runs with --backend onnxruntime, "
-            f"and the backend is {args.backend}"
-        )
+        why = f"the graph runs with --backend onnxruntime, and the backend is {args.backend}"
+        raise ignored("--onnx", args.onnx, why)
     return EncodeOptions(
         as_of=args.as_of,
         on_empty=args.on_empty,

@@ -34,8 +34,8 @@ def check_monitors(model: pl.LightningModule, trainer: pl.Trainer) -> None:
             if not isinstance(callback, ConfiguredEarlyStopping):
                 option = "the best checkpoint's monitor (model.ks sets its cut-offs)"
             raise SeqencError(
-                f"{option} {monitor!r} is not a metric this fit logs, so it would be ignored: "
-                f"one of {sorted(logged)}"
+                f"{option} {monitor!r} is not a metric this fit logs (Lightning would skip it "
+                f"silently): one of {sorted(logged)}"
             )
 
 

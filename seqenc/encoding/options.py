@@ -87,10 +87,8 @@ class EncodeOptions:
             )
         check_choice("backend", self.backend, BACKENDS)
         if self.onnx is not None and self.backend != "onnxruntime":
-            raise SeqencError(
-                f"onnx={str(self.onnx)!r} would be ignored: the graph runs with "
-                f"backend='onnxruntime', and the backend is {self.backend!r}"
-            )
+            why = f"the graph runs with backend='onnxruntime', and the backend is {self.backend!r}"
+            raise ignored("onnx", str(self.onnx), why)
 
     def but(self, **fields: Any) -> EncodeOptions:
         """These options with ``fields`` replaced (checked again); an unknown name is refused in

@@ -24,7 +24,7 @@ from seqenc.evaluate.estimators import (
     sklearn_modules,
 )
 from seqenc.evaluate.stacking import cross_fitted
-from seqenc.scores import prediction_scores, r2
+from seqenc.scores import prediction_scores, r2, scored_kind
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
 
@@ -150,9 +150,8 @@ def probe_task(y: np.ndarray, task: Task = "auto") -> tuple[str, str]:
         if task not in ("binary", "multiclass", "regression"):
             raise SeqencError(f"task must be auto, binary, multiclass or regression, got {task!r}")
         return task, f"{task} (set with task)"
-    kind, why = infer_task(y)
-    if kind == "classification":
-        kind = "binary" if len(pd.unique(y)) == 2 else "multiclass"
+    task, why = infer_task(y)
+    kind = scored_kind(task, len(pd.unique(y)))
     return kind, f"{kind} ({why})"
 
 

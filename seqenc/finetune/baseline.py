@@ -17,13 +17,13 @@ from seqenc.data.labels import LabelledRows
 from seqenc.errors import SeqencError
 from seqenc.evaluate.estimators import estimator, fit_estimator
 from seqenc.finetune.module import LabelModule
-from seqenc.scores import prediction_scores, score_name
+from seqenc.scores import prediction_scores, score_name, scored_kind
 
 
 def aggregates_score(rows: LabelledRows, task: str, n_classes: int) -> tuple[float, int, int]:
     """``(score, n_features, n_rows)`` of the aggregates' linear model, fitted on the labelled
     training ``rows`` and scored on the held-out ones."""
-    kind = "regression" if task == "regression" else "binary" if n_classes == 2 else "multiclass"
+    kind = scored_kind(task, n_classes)
     model = estimator(kind, "linear")[1]  # first: without scikit-learn, nothing else is computed
     train, held = rows.train, rows.held  # each with its aggregates at its cut-off
     fit_estimator(model, train.aggregates, train.targets)

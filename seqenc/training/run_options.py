@@ -298,11 +298,11 @@ def check_options(
             f"sampled_softmax), got {options['loss']!r}; or set model.encoder.repeat_head false"
         )
     if encoder.repeat_head and options["loss"] == "ce" and options["loss_options"]:
-        raise SeqencError(
-            f"model.loss_options {options['loss_options']} would be ignored: the repeat head's "
-            "mixture computes its exact catalogue term itself; drop them, or set "
-            "model.loss sampled_softmax"
+        why = (
+            "the repeat head's mixture computes its exact catalogue term itself (or set "
+            "model.loss sampled_softmax)"
         )
+        raise ignored("model.loss_options", options["loss_options"], why)
     check_basket_options(options, encoder)
     check_loss_options(options["loss"], options["loss_options"], encoder.n_items - N_SPECIAL)
     check_optimiser(options["lr"], options["weight_decay"], options["warmup_steps"])
