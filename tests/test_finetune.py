@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,7 +35,7 @@ from seqenc.finetune.plan import (
 )
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.head import SupervisedHead
-from tests.tiny import SCHEMA, fit, label_fit, tiny_events
+from tests.tiny import FIT, SCHEMA, fit, label_fit, tiny_events
 
 SMALL = EncoderConfig(d_model=8, n_heads=2)
 
@@ -204,6 +205,25 @@ def test_a_fine_tuning_fit_prints_its_plan_and_the_aggregates_beside_its_score(t
     assert 0.5 < float(model.split()[1]) <= 1.0  # the checkpoint's held-out ROC-AUC
     assert 0.5 < float(baseline.split()[3]) <= 1.0
     assert "fitted on the 270 training rows" in baseline
+
+
+def test_seqenc_test_on_a_fine_tuned_checkpoint_scores_it_again(tuned, capsys):
+    """The label module's checkpoint records what rebuilds it (its options, the encoder's
+    configuration): ``seqenc test --ckpt_path`` builds the same module and scores the same."""
+    bundle, _, printed = tuned
+    folder = bundle.parents[3]
+    checkpoint = next(line for line in printed.splitlines() if line.startswith("checkpoint: "))
+    model = next(line for line in printed.splitlines() if line.strip().startswith("model "))
+    old = Path.cwd()
+    os.chdir(folder)
+    try:
+        main(["test", "--data.path", "events.parquet", *FIT[:8], "--data.labels", "labels.parquet",
+              "--data.label_column", "account_type",
+              "--ckpt_path", checkpoint.removeprefix("checkpoint: ")])  # fmt: skip
+    finally:
+        os.chdir(old)
+    again = next(line for line in capsys.readouterr().out.splitlines() if "test/score" in line)
+    assert float(again.split()[-1]) == pytest.approx(float(model.split()[1]), abs=1e-4)
 
 
 def test_the_schedule_scales_with_the_labelled_rows_within_its_bounds():

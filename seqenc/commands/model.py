@@ -75,7 +75,7 @@ def fit_model(
     label = bool(spec.labels)
     for name in NEXT_EVENT_ONLY if label else LABEL_ONLY:
         if given[name] != defaults[name] and not (label and _off(name, given[name])):
-            raise ignored(f"model.{name}", given[name], _why(name, label))
+            raise ignored(f"model.{name}", given[name], _why(label))
     shared = dict(objective=objective, encoder=encoder, lr=lr, weight_decay=weight_decay)
     shared |= dict(warmup_steps=warmup_steps, init_from=init_from, splits=splits)
     if label:
@@ -105,7 +105,8 @@ def _off(name: str, value: object) -> bool:
     return name in ("next_item_weight", "contrastive_weight", "value_weight") and value in (0, None)
 
 
-def _why(name: str, label: bool) -> str:
+def _why(label: bool) -> str:
+    """Why an option of the other module would be ignored."""
     if not label:
         return "it sets how a label head trains, and there is no label table (data.labels)"
     return (
