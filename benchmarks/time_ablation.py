@@ -94,12 +94,11 @@ DATASETS = {
 }
 
 # The model variants: each a list of `seqenc fit` overrides on top of --config (configs/clicks.yaml:
-# time and query time on, time bias off, repeat head by the data). Add a row for every new option.
+# time and query time on, repeat head by the data). Add a row for every new option.
 VARIANTS: dict[str, list[str]] = {
     "no_time": ["--model.encoder.time", "false", "--model.encoder.repeat_head", "false"],
     "dt_prev": ["--model.encoder.query_time", "false", "--model.encoder.repeat_head", "false"],
     "query": ["--model.encoder.repeat_head", "false"],
-    "query_bias": ["--model.encoder.time_bias", "true", "--model.encoder.repeat_head", "false"],
     "repeat_no_time": ["--model.encoder.time", "false", "--model.encoder.repeat_head", "true"],
     "full": ["--model.encoder.repeat_head", "true"],  # dt_prev + query time + repeat head
 }

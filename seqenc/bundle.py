@@ -117,8 +117,8 @@ class BundleMeta:
         if version == 1:
             d = {k: v for k, v in d.items() if k != "max_len"}
             d |= {"history_len": stored["max_len"]} if "max_len" in stored else {}
-            if isinstance(d.get("encoder"), dict):
-                d["encoder"] = EncoderConfig.upgrade(d["encoder"])
+        if isinstance(d.get("encoder"), dict):  # today's fields (old names, options taken out)
+            d = d | {"encoder": EncoderConfig.upgrade(d["encoder"], where)}
         optional = {"vocab_sha256", "vocabulary", "head"}
         missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in optional]
         if missing:

@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from seqenc.data.batches import Batch
 from seqenc.errors import SeqencError
-from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
+from seqenc.model.attention import SelfAttention, key_padding_mask
 from seqenc.model.embeddings import RotaryEmbedding
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 
@@ -108,34 +108,6 @@ def test_rope_scores_depend_only_on_the_offset() -> None:
         torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), rtol=0, atol=1e-4)
     assert not torch.allclose(torch.diagonal(scores, 0)[:1], torch.diagonal(scores, 3)[:1])
     torch.testing.assert_close(rq.norm(dim=-1), q.norm().expand(64))
-
-
-def test_time_bias_is_added_to_the_scores_and_leaves_the_flash_kernel() -> None:
-    torch.manual_seed(0)
-    attn = SelfAttention(16, 4)
-    x, lengths = torch.randn(2, 5, 16), torch.tensor([5, 3])
-    bias = torch.randn(2, 4, 5, 5)
-    for causal in (True, False):
-        got = attn(x, causal=causal, mask=time_bias_mask(bias, lengths, causal))
-        q, k, v = (t.view(2, 5, 4, 4).transpose(1, 2) for t in attn.qkv(x).split(16, -1))
-        scores = q @ k.transpose(-1, -2) / 2.0 + bias
-        if causal:
-            allowed = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
-        else:
-            allowed = (torch.arange(5)[None, :] < lengths[:, None])[:, None, None, :]
-        y = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v
-        torch.testing.assert_close(got, attn.out(y.transpose(1, 2).reshape(2, 5, 16)))
-    model = SequenceEncoder(EncoderConfig(n_items=20, d_model=16, n_heads=2, time_bias=True))
-    batch = Batch(
-        items=torch.full((2, 5), 5),
-        lengths=torch.tensor([5, 5]),
-        dt_prev=torch.rand(2, 5) * 1e4,
-        dt_ref=torch.rand(2, 5) * 1e5,
-        categorical=torch.zeros(2, 5, 0, dtype=torch.int64),
-        numeric=torch.zeros(2, 5, 0),
-        index=torch.arange(2),
-    )
-    assert FUSED not in _kernels(lambda: model(batch).sum().backward())
 
 
 def test_attention_dropout_trains_unbiased_and_never_runs_at_inference() -> None:

@@ -208,7 +208,6 @@ def test_a_spec_or_config_without_baskets_reads_todays_behaviour():
 
 SHAPES = {
     "learned_time_query": {},
-    "time_bias": {"time_bias": True},
     "rope_mean": {"positional": "rope", "pooling": "mean"},
     "repeat_head": {"repeat_head": True},
 }

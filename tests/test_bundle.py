@@ -291,6 +291,44 @@ def test_bundles_written_before_the_data_spec_still_load_and_encode_the_same(obj
     np.testing.assert_allclose(got, np.load(root / objective / "expected.npy"), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("token", ["full", "lean"])
+def test_a_bundle_written_before_the_token_loads_as_the_token_it_built(tmp_path, token):
+    """A config.json of the token's parts (``gap_buckets``, ``raw_values``, ``init``) and of the
+    options taken out, off, loads as the token those parts build and encodes the same; one taken
+    out but on is refused in one line naming it."""
+    from tiny import random_bundle
+
+    from seqenc.bundle import config_hash
+    from seqenc.inference import load_encoder
+
+    events, lean = tiny_events(), token == "lean"
+    path = random_bundle(
+        tmp_path / "b", events, SCHEMA, 24, token=token, numeric_scaling="per_item"
+    )
+    want = load_encoder(path, device="cpu").encode(events, output="numpy").embeddings
+    config = json.loads((path / CONFIG_FILE).read_text())
+    parts = {"gap_buckets": not lean, "raw_values": not lean, "init": "fan_in" if lean else "gpt"}
+    old = {k: v for k, v in config["encoder"].items() if k != "token"} | parts
+    old |= {"time_bias": False, "group_times": None}
+
+    def write(encoder: dict) -> None:  # as written then, its hash of the fields as written
+        hashed = config | {"encoder": encoder}
+        parts = ("objective", "history_len", "encoder", "schema")
+        hashed["config_hash"] = config_hash(*(hashed[k] for k in parts))
+        (path / CONFIG_FILE).write_text(json.dumps(hashed))
+
+    write(old)
+    encoder = load_encoder(path, device="cpu")
+    assert encoder.model.config.token == token
+    got = encoder.encode(events, output="numpy").embeddings
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    for name in ("time_bias", "group_times"):
+        write(old | {name: True})
+        with pytest.raises(SeqencError, match=f"encoder.{name} .*train it again") as err:
+            load_bundle(path)
+        assert CONFIG_FILE in str(err.value) and "\n" not in str(err.value)
+
+
 # --- issue 28, 5c: a bundle reads files with its id types ----------------------------------------
 
 

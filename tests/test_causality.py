@@ -74,9 +74,9 @@ def outputs(config: EncoderConfig, log: pd.DataFrame, vocabs) -> tuple[torch.Ten
 
 
 OPTIONS = [
-    dict(time=time, query_time=query, time_bias=bias, repeat_head=repeat, repeat_counts=counts)
-    for time, query, bias, repeat, counts in itertools.product([True, False], repeat=5)
-    if (time or not (query or bias)) and (repeat or not counts)
+    dict(time=time, query_time=query, repeat_head=repeat, repeat_counts=counts)
+    for time, query, repeat, counts in itertools.product([True, False], repeat=4)
+    if (time or not query) and (repeat or not counts)
 ]
 
 

@@ -120,19 +120,15 @@ def test_padding_invariance(causal: bool, positional: str, time: bool, pooling: 
 
 
 @pytest.mark.parametrize(
-    ("causal", "positional", "time_bias"),
-    list(itertools.product([True, False], ["learned", "rope", "none"], [False, True])),
+    ("causal", "positional"), list(itertools.product([True, False], ["learned", "rope", "none"]))
 )
-def test_newest_only_equals_the_full_forward(
-    causal: bool, positional: str, time_bias: bool
-) -> None:
+def test_newest_only_equals_the_full_forward(causal: bool, positional: str) -> None:
     """The readout shortcut (last block at the newest position only) is the full pass's row there."""
     model = make_model(
         causal=causal,
         positional=positional,
         time=True,
         query_time=True,
-        time_bias=time_bias,
         categorical_sizes=(3, 4),
         n_numeric=2,
     )

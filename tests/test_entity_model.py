@@ -8,7 +8,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqenc.commands.model import fit_model
 from seqenc.errors import SeqencError
 from seqenc.model.batch import drop_events
 from seqenc.model.cache import check_incremental
@@ -65,11 +64,11 @@ def test_values_are_read_per_item() -> None:
 
 
 def test_values_read_in_their_items_units_alone() -> None:
-    """Without the shared raw map (raw_values false) a value's token part depends on its
-    standardised value only: two items each at their own centre (z = 0) get the same value
-    vector although their raw values differ by orders of magnitude; with the map they do not."""
+    """The lean token has no shared raw map: a value's token part depends on its standardised
+    value only: two items each at their own centre (z = 0) get the same value vector although
+    their raw values differ by orders of magnitude; with the map (the full token) they do not."""
     for raw_values in (False, True):
-        embed = entity_model(raw_values=raw_values, item_values=False).embed
+        embed = entity_model(token="full" if raw_values else "lean", item_values=False).embed
         assert (embed.numeric is not None) == raw_values
         embed.set_numeric_stats(torch.zeros(N_ITEMS, 1), torch.ones(N_ITEMS, 1))
         embed.numeric_center[9] = 5.0  # item 9's values sit 5 signed-log units higher
@@ -80,10 +79,10 @@ def test_values_read_in_their_items_units_alone() -> None:
         assert same != raw_values
 
 
-def test_without_gap_buckets_time_enters_as_values_only() -> None:
-    """gap_buckets false: no bucket tables, and gaps that leave every time value unchanged
+def test_in_a_lean_token_time_enters_as_values_only() -> None:
+    """The lean token has no bucket tables, and gaps that leave every time value unchanged
     (dt_prev, which only the buckets read) leave the output unchanged."""
-    model = entity_model(gap_buckets=False, positional="none")
+    model = entity_model(token="lean", positional="none")
     assert model.embed.dt_prev is None and model.embed.dt_query is None
     batch, other = make_batch(HISTORIES, n_num=1), make_batch(HISTORIES, n_num=1)
     other.dt_prev = other.dt_prev * 7.0 + 100.0
@@ -92,18 +91,18 @@ def test_without_gap_buckets_time_enters_as_values_only() -> None:
     assert not torch.allclose(bucketed.entity_embedding(batch), bucketed.entity_embedding(other))
 
 
-def test_fan_in_start_is_pytorchs() -> None:
-    """init fan_in keeps PyTorch's own start (a linear layer within 1/sqrt(fan-in), tables
-    N(0, 1)), PAD rows zero; gpt draws N(0, 0.02)."""
-    fan_in, gpt = entity_model(init="fan_in"), entity_model(init="gpt")
+def test_a_lean_tokens_start_is_pytorchs() -> None:
+    """The lean token keeps PyTorch's own start (a linear layer within 1/sqrt(fan-in), tables
+    N(0, 1)), PAD rows zero; the full token draws N(0, 0.02) (nanoGPT's)."""
+    fan_in, gpt = entity_model(token="lean"), entity_model(token="full")
     up = fan_in.blocks[0].ffn["up"].weight
     bound = 1 / up.shape[1] ** 0.5
     assert up.abs().max() <= bound and up.std() > 0.5 * bound / 3**0.5
     assert 0.8 < fan_in.embed.item.weight[1:].std() < 1.2
     assert fan_in.embed.item.weight[0].abs().max() == 0
     assert gpt.blocks[0].ffn["up"].weight.std() < 0.03
-    with pytest.raises(SeqencError, match="init"):
-        EncoderConfig(n_items=N_ITEMS, init="xavier")
+    with pytest.raises(SeqencError, match="token"):
+        EncoderConfig(n_items=N_ITEMS, token="fan_in")
 
 
 def test_time_values_by_hand() -> None:
@@ -240,53 +239,20 @@ def test_item_values_need_values_per_item() -> None:
         EncoderConfig(n_items=N_ITEMS, item_values=True, numeric_scaling="global")
 
 
-def test_groups_of_one_event_are_the_events() -> None:
-    """Where every time differs, the grouped encoder is the plain bidirectional one."""
-    grouped = entity_model(group_times=True)
-    plain = entity_model(group_times=False)
-    batch = make_batch(HISTORIES, width=10, n_num=1)
-    torch.testing.assert_close(grouped(batch)[batch.padding_mask], plain(batch)[batch.padding_mask])
-    torch.testing.assert_close(grouped.entity_embedding(batch), plain.entity_embedding(batch))
-
-
-def tied_batch(order: list[int]):
-    """One history of 6 events at 3 times (2 + 3 + 1), the middle time's events in ``order``."""
-    batch = make_batch([[5, 9, 7, 30, 12, 20]], n_num=1)
-    times = torch.tensor([[900.0, 900.0, 500.0, 500.0, 500.0, 0.0]], dtype=torch.float64)
-    batch.dt_ref = times
-    batch.dt_prev = torch.tensor([[0.0, 0.0, 400.0, 0.0, 0.0, 500.0]])
-    middle = torch.tensor([2, 3, 4])[order]
-    for field in ("items", "numeric"):
-        values = getattr(batch, field)
-        values[:, 2:5] = values[:, middle].clone()
-    return batch
-
-
-def test_a_group_is_a_set_read_as_one_token() -> None:
-    """Events at one time: their order does not matter, and the encoder equals a plain one run
-    on one token per time whose content is the sum of its events' (a hand-built reference)."""
-    model = entity_model(group_times=True)
-    a, b = tied_batch([0, 1, 2]), tied_batch([2, 0, 1])
-    torch.testing.assert_close(model.entity_embedding(a), model.entity_embedding(b))
-    states = model(a)
-    assert torch.equal(states[0, 2], states[0, 4]) and not torch.equal(states[0, 1], states[0, 2])
-    # reference: the three groups as a batch of three tokens through the plain blocks
-    content = model.embed.content(a)[0]
-    tokens = torch.stack([content[:2].sum(0), content[2:5].sum(0), content[5]])[None]
-    firsts = make_batch([[5, 7, 20]])
-    firsts.dt_ref = torch.tensor([[900.0, 500.0, 0.0]], dtype=torch.float64)
-    firsts.dt_prev = torch.tensor([[0.0, 400.0, 500.0]])
-    x = tokens + model.embed.context(firsts)
-    for block in model.blocks:
-        x = block(x, False, None, None)
-    expected = model.ln_final(x)[0]
-    torch.testing.assert_close(states[0, [0, 2, 5]], expected, rtol=1e-5, atol=1e-5)
-
-
-def test_group_times_need_bidirectional_attention() -> None:
-    from seqenc.data.spec import DataSpec
-    from tests.test_module import SPEC
-
-    with pytest.raises(SeqencError, match="group_times"):
-        fit_model(SPEC, encoder=EncoderConfig(group_times=True))
-    assert isinstance(SPEC, DataSpec)
+def test_the_tokens_parts_of_an_old_configuration_read_as_the_token_they_build() -> None:
+    """A part the model does not read (the gap tables without time, the shared map without
+    values per item) does not decide; parts that disagree on what the model reads are refused."""
+    upgrade = EncoderConfig.upgrade
+    lean = {"gap_buckets": False, "raw_values": False, "init": "fan_in"}
+    assert upgrade(lean)["token"] == "lean" and not set(lean) & set(upgrade(lean))
+    assert upgrade({"gap_buckets": True, "raw_values": True, "init": "fan_in"})["token"] == "full"
+    assert upgrade({"gap_buckets": False, "n_numeric": 0})["token"] == "lean"
+    assert upgrade({"raw_values": False, "time": False, "n_numeric": 1})["token"] == "lean"
+    mixed = {
+        "gap_buckets": False,
+        "raw_values": True,
+        "numeric_scaling": "per_item",
+        "n_numeric": 1,
+    }
+    with pytest.raises(SeqencError, match="a token seqenc no longer builds"):
+        upgrade(mixed)

@@ -22,7 +22,6 @@ SHAPES = {
     "no_time": {"time": False},
     "no_query_time": {"query_time": False},
     "mean_normalize": {"pooling": "mean", "normalize": True},
-    "time_bias": {"time_bias": True},
     "repeat_head": {"repeat_head": True},
     "no_positions_mean": {"positional": "none", "pooling": "mean"},
 }
@@ -198,11 +197,11 @@ def test_movielens_100k(shared_data, tmp_path):
 
 
 @pytest.mark.parametrize("ahead", ["1h", "1825D"])
-def test_time_bias_gaps_hold_at_a_distant_as_of(tmp_path, events, ahead):
-    """The pairwise gaps of the time bias do not depend on how far ``as_of`` lies ahead: update
-    equals encode within 1e-5 an hour and five years after the newest event (gaps taken from
-    ``as_of - t`` in float32 lose whole seconds at ~1e8 s and flip log buckets)."""
-    enc = encoder(tmp_path / "b", events, time_bias=True)
+def test_update_equals_encode_at_a_distant_as_of(tmp_path, events, ahead):
+    """The time inputs do not depend on how far ``as_of`` lies ahead: update equals encode within
+    1e-5 an hour and five years after the newest event (times of ~1e8 s in float32 lose whole
+    seconds)."""
+    enc = encoder(tmp_path / "b", events)
     old, new = with_newcomers(*split(events, 0.7))
     as_of = events["timestamp"].max() + pd.Timedelta(ahead)
     got, _ = enc.update(enc.state(old, as_of=as_of), new, as_of=as_of, output="numpy")

@@ -35,8 +35,6 @@ SHAPES = {
     "bert4rec": {"causal": False},  # bert4rec_ml1m
     "causal_no_time": {"time": False},
     "masked_no_time": {"causal": False, "time": False, "features": True},
-    "causal_time_bias": {"time_bias": True, "features": True},
-    "masked_time_bias": {"causal": False, "time_bias": True, "pooling": "mean"},
     "legacy_recency": {"query_time": False, "recency": True},
     "masked_legacy_recency": {"causal": False, "query_time": False, "recency": True},
     "rope": {"positional": "rope"},  # sasrec_beauty
@@ -44,12 +42,11 @@ SHAPES = {
     "masked_rope_normalize": {"causal": False, "positional": "rope", "normalize": True},
     "no_positions": {"positional": "none", "features": True},
     "account_embeddings": {"pooling": "mean", "features": True},  # account_embeddings.yaml
-    "entity": {  # the entity model, its time values, groups and per-item values read with the item
+    "entity": {  # entity_pretrain: the entity model, its time values, per-item values with the item
         "causal": False,
-        "pooling": "attention",
+        "pooling": "items",
         "features": True,
         "time_values": True,
-        "group_times": True,
         "item_values": True,
         "numeric_scaling": "per_item",
     },
@@ -60,13 +57,11 @@ SHAPES = {
         "time_values": True,
         "numeric_scaling": "per_item",
         "positional": "none",
-        "gap_buckets": False,
-        "raw_values": False,
-        "init": "fan_in",
+        "token": "lean",
         "ffn_mult": 2,
     },
 }
-SHAPE_KEYS = ("causal", "time", "query_time", "time_bias", "positional", "pooling", "normalize")
+SHAPE_KEYS = ("causal", "time", "query_time", "token", "positional", "pooling", "normalize")
 
 
 def make_bundle(path: Path, features: bool = False, **options) -> Path:
@@ -149,10 +144,10 @@ def test_graph_reads_only_the_fields_the_model_needs(exported):
     backend = load_encoder(path, "cpu", backend="onnxruntime").backend
     options = SHAPES[shape]
     assert backend.inputs[:2] == ["items", "lengths"]
-    gaps = options.get("time", True) and options.get("gap_buckets", True)
+    gaps = options.get("time", True) and options.get("token", "full") == "full"
     assert ("dt_prev" in backend.inputs) == gaps  # without gap tables nothing reads it
     assert ("categorical" in backend.inputs) == options.get("features", False)
-    reads_times = ("time_bias", "recency", "time_values", "group_times")
+    reads_times = ("recency", "time_values")
     assert ("dt_ref" in backend.inputs) == any(options.get(k) for k in reads_times)
 
 
@@ -167,6 +162,7 @@ def test_every_config_in_configs_is_a_covered_shape():
     covered = {embedding_shape(options) for options in SHAPES.values()}
     for path in sorted(CONFIGS.glob("*.yaml")):
         model = yaml.safe_load(path.read_text())["model"]
+        model |= model.get("encoder") or {}
         options = {k: v for k, v in model.items() if k in SHAPE_KEYS and v is not None}
         options["causal"] = model.get("objective", "causal") == "causal"
         assert embedding_shape(options) in covered, path.name  # time: None = on (real times)

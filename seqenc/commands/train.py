@@ -42,6 +42,7 @@ from seqenc.devices import check_accelerator, trainer_options
 from seqenc.errors import SeqencError
 from seqenc.finetune.module import LabelModule
 from seqenc.finetune.plan import set_label_schedule
+from seqenc.model.config import LEAN_PARTS, REMOVED
 from seqenc.model.encoder import EncoderConfig
 from seqenc.signals import sigterm_raises
 from seqenc.training.basket_plan import resolve_stopping, set_basket_schedule
@@ -223,6 +224,15 @@ class SeqencCLI(LightningCLI):
 RENAMED = {"data.max_len": "data.history_len", "data.min_count": "data.min_item_count"} | {
     f"model.{name}": f"model.encoder.{name}" for name in sorted(ENCODER_FIELDS - set(FROM_DATA))
 }
+# The token's parts (one choice now) and the options taken out, each at its two places (the
+# encoder's options were once the model's).
+RENAMED |= {
+    f"model.{where}{name}": "model.encoder.token (lean: no gap tables, values read in their "
+    "item's units alone, PyTorch's own start)"
+    for name in LEAN_PARTS
+    for where in ("", "encoder.")
+}
+TAKEN_OUT = {f"model.{where}{k}": why for k, why in REMOVED.items() for where in ("", "encoder.")}
 
 
 def check_renamed(argv: list[str]) -> None:
@@ -236,18 +246,21 @@ def check_renamed(argv: list[str]) -> None:
         old = key.split(": ")[-1]
         if old in RENAMED:
             raise SeqencError(f"{key} is now {RENAMED[old]}")
+        if old in TAKEN_OUT:
+            raise SeqencError(f"{key} was taken out ({TAKEN_OUT[old]}): drop it")
 
 
-def _yaml_keys(tree: object, prefix: str) -> list[str]:
-    """``data.max_len``-style paths of the (two top levels of the) mapping ``tree``."""
-    if not isinstance(tree, dict):
+def _yaml_keys(tree: object, prefix: str, path: str = "", depth: int = 3) -> list[str]:
+    """``data.max_len``-style paths of the mapping ``tree`` below its top level, up to ``depth``
+    levels (``model.encoder.time_bias``), each after ``prefix``."""
+    if not isinstance(tree, dict) or depth == 0:
         return []
-    return [
-        f"{prefix}{section}.{key}"
-        for section, options in tree.items()
-        if isinstance(options, dict)
-        for key in options
-    ]
+    keys = []
+    for key, value in tree.items():
+        here = f"{path}.{key}" if path else str(key)
+        keys += [f"{prefix}{here}"] if path else []
+        keys += _yaml_keys(value, prefix, here, depth - 1)
+    return keys
 
 
 def main(argv: list[str], given: list[str] | None) -> None:

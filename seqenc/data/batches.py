@@ -43,7 +43,7 @@ def collate(
     last = np.maximum(ends - 1, 0)
     at_entity_end = ends == store.offsets[rows + 1]
     reference = store.timestamps[last] + np.where(at_entity_end, store.dt_ref[last], 0.0)
-    # float64: the time bias takes differences of these, exact only before rounding to float32
+    # float64: the time values take differences of these, exact only before rounding to float32
     dt_ref = np.where(valid, reference[:, None] - store.timestamps[gather], 0.0)
     # The query time: a held-out target's own time, else the reference time.
     query = reference if view.targets is None else store.timestamps[view.targets[idx]]

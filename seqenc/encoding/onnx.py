@@ -37,10 +37,7 @@ def graph_inputs(meta: BundleMeta) -> list[str]:
         "lengths": True,
         "dt_prev": enc.time,
         "dt_query": enc.time and (enc.query_time or not enc.causal),
-        "dt_ref": (
-            enc.time and (enc.time_bias or enc.recency or enc.time_values or enc.group_times)
-        )
-        or enc.baskets,
+        "dt_ref": (enc.time and (enc.recency or enc.time_values)) or enc.baskets,
         "categorical": bool(enc.categorical_sizes),
         "numeric": enc.n_numeric > 0,
     }

@@ -241,7 +241,6 @@ def _run_batch(
         keys=cached(cache["keys"]),
         values=cached(cache["values"]),
         lengths=torch.from_numpy(kept).to(device),
-        times=torch.from_numpy(store.timestamps[at]).to(device),
     )
     hidden = extend(encoder.model, past, batch)
     old_sum, total = (torch.from_numpy(a).to(device) for a in (prefix_sum[idx], width))

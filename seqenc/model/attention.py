@@ -6,8 +6,6 @@ Bidirectional attention passes a boolean key-padding mask, or none at all when e
 batch width (exact-length bucketing), so the Flash kernel runs there too. ``dropout_p`` drops attention
 probabilities in training only (SASRec's regulariser for sparse logs; SDPA then trains with its math
 kernel); inference never drops.
-The optional relative-time bias (a float ``[B, H, L, L]`` mask, causal part folded in) forgoes the
-Flash kernel: SDPA then runs its memory-efficient or math kernel.
 """
 
 from __future__ import annotations
@@ -18,24 +16,6 @@ from torch.nn.functional import scaled_dot_product_attention
 
 from seqenc.model.embeddings import RotaryEmbedding
 from seqenc.model.linear import linear
-
-
-def time_bias_mask(
-    bias: Tensor, lengths: Tensor, causal: bool, allowed: Tensor | None = None
-) -> Tensor:
-    """``bias`` ``[B, H, L, L]`` with -inf where a query may not attend: where ``allowed`` (a bool
-    mask, e.g. the basket rule's or :func:`key_padding_mask`'s) is False when given, else a later
-    key when ``causal``, a padding key otherwise (an empty row keeps key 0, as in
-    :func:`key_padding_mask`)."""
-    if allowed is not None:
-        return bias.masked_fill(~allowed, float("-inf"))
-    width = bias.shape[-1]
-    positions = torch.arange(width, device=bias.device)
-    if causal:
-        allowed = positions[None, :] <= positions[:, None]
-        return bias.masked_fill(~allowed, float("-inf"))
-    allowed = positions[None, :] < lengths.clamp(min=1)[:, None]
-    return bias.masked_fill(~allowed[:, None, None, :], float("-inf"))
 
 
 def key_padding_mask(lengths: Tensor, width: int) -> Tensor | None:
@@ -125,13 +105,8 @@ class SelfAttention(nn.Module):
         positions: Tensor | None = None,
     ) -> Tensor:
         """``x``: ``[B, L, d]``; ``mask``: a bool mask of allowed keys (:func:`key_padding_mask`,
-        or the basket rule's with ``causal`` False) or a float bias from :func:`time_bias_mask`
-        (either attention; replaces ``is_causal``); ``residual``, ``dropout``: as in
+        or the basket rule's with ``causal`` False); ``residual``, ``dropout``: as in
         :meth:`merge`; ``positions``: rotary positions, as in :meth:`project`."""
         q, k, v = self.project(x, rope, positions)
-        bias = mask is not None and mask.is_floating_point()
-        if bias:
-            mask = mask.to(q.dtype)
-        use_causal = causal and not bias
-        y = self.attend(q, k, v, None if use_causal else mask, use_causal)
+        y = self.attend(q, k, v, None if causal else mask, causal)
         return self.merge(y, residual, dropout)

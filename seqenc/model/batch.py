@@ -32,8 +32,8 @@ class Batch:
         dt_ref: ``[B, L]`` float64 (or float32) seconds from the event to the reference time; only
             differences between positions are model inputs (never the value itself: at position i
             it would tell how much later the window ends). Float64, because an ``as_of`` years
-            ahead makes the values ~1e8 s, where float32 steps are 8 s and the differences of the
-            time bias would change log buckets (they are rounded to float32 only once taken).
+            ahead makes the values ~1e8 s, where float32 steps are 8 s and the differences the
+            time values read would move (they are rounded to float32 only once taken).
         categorical: ``[B, L, C]`` int64 categorical feature ids (C may be 0).
         numeric: ``[B, L, N]`` float32 numeric features (N may be 0).
         index: ``[B]`` int64 position of each history in the samples it was collated from (for a

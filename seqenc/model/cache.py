@@ -21,7 +21,6 @@ from torch import Tensor
 from seqenc.errors import SeqencError
 from seqenc.model.batch import Batch
 from seqenc.model.config import SCORED_POOLINGS
-from seqenc.model.embeddings import time_bucket
 from seqenc.model.encoder import SequenceEncoder
 from seqenc.model.readout import newest_state, pool, real_sum
 
@@ -37,14 +36,11 @@ class KVCache:
         keys: ``[n_layers, B, W, d]`` per-layer keys, heads concatenated, rotary positions applied.
         values: ``[n_layers, B, W, d]`` per-layer values.
         lengths: ``[B]`` int64 cached positions per row.
-        times: ``[B, W]`` float64 event time of every position, cached and new (read only by a
-            time-bias model).
     """
 
     keys: Tensor
     values: Tensor
     lengths: Tensor
-    times: Tensor
 
 
 def check_incremental(model: SequenceEncoder) -> None:
@@ -89,15 +85,11 @@ def extend(model: SequenceEncoder, cache: KVCache, batch: Batch) -> Tensor:
     total = cache.keys.shape[2]
     slots = slots.clamp(max=total - 1)
     mask = (torch.arange(total, device=device)[None, None, :] <= slots[:, :, None])[:, None]
-    buckets = None
-    if config.time and config.time_bias:
-        gaps = (cache.times.gather(1, slots)[:, :, None] - cache.times[:, None, :]).abs()
-        buckets = time_bucket(gaps, config.n_time_buckets)
     fresh = not bool(cache.lengths.any())
     at = None if fresh else slots[:, :, None].expand(-1, -1, config.d_model)
     for layer, block in enumerate(model.blocks):
         past = (cache.keys[layer], cache.values[layer])
-        x = block.extend(x, past, at, mask, model.rope, positions, buckets)
+        x = block.extend(x, past, at, mask, model.rope, positions)
     return model.ln_final(x)
 
 

@@ -15,7 +15,15 @@ POOLINGS = ("last", "mean", "attention", "items")
 # The poolings that weigh the states by a learned score (``SequenceEncoder.pool_score``).
 SCORED_POOLINGS = ("attention", "items")
 NUMERIC_SCALINGS = ("global", "per_item")
-INITS = ("gpt", "fan_in")
+TOKENS = ("full", "lean")
+# Options taken out, with what they were and why: a saved configuration with one of them off loads
+# as before; one trained with it on holds a model seqenc no longer builds.
+REMOVED = {
+    "group_times": "the events of a time read as one token: it scored lower where measured",
+    "time_bias": "the attention bias over time gaps: no better where measured, and slower",
+}
+# The token's parts before they were one choice (``token``): their values in a lean token.
+LEAN_PARTS = {"gap_buckets": False, "raw_values": False, "init": "fan_in"}
 
 
 @dataclass
@@ -40,8 +48,6 @@ class EncoderConfig:
             previous event (``dt_prev``) and the options below.
         query_time: (with ``time``) each position also gets the gap to the time it predicts for
             (:attr:`~seqenc.model.batch.Batch.query_gaps`).
-        time_bias: (with ``time``) a learned per-head, per-layer attention bias over log-bucketed
-            ``|t_i - t_j|`` (TiSASRec / HSTU style); SDPA then cannot use the Flash kernel.
         repeat_head: score items of the entity's own history by a copy attention mixed in through
             a learned gate (:mod:`seqenc.model.repeat`); needs ``causal``. ``None`` (the default):
             :class:`~seqenc.training.module.SeqencModule` decides from the data; a bare encoder has none.
@@ -52,7 +58,8 @@ class EncoderConfig:
             :class:`~seqenc.training.module.SeqencModule` decides (on with the repeat head); a
             bare encoder and bundles and checkpoints written without the field have it off.
         recency: the gap to the reference time as an input, as bundles written before
-            ``query_time`` had; never for new models (it leaks the window's end in training).
+            ``query_time`` had (:class:`~seqenc.bundle.BundleMeta` sets it for them); not an
+            option: a new model never has it (it leaks the window's end in training).
         categorical_sizes: vocabulary size of each categorical event feature.
         n_numeric: number of numeric event features (signed-log transformed inside the model).
         numeric_scaling: how a numeric value is read. ``"global"``: one linear map of its signed
@@ -80,24 +87,20 @@ class EncoderConfig:
             (:meth:`~seqenc.model.embeddings.TokenEmbedding.time_values`).
         item_values: (with ``numeric_scaling="per_item"``; ``None`` like ``time_values``) the value MLP reads the item's
             embedding beside the standardised value, so a value means what it means for its item.
-        group_times: (bidirectional, with ``time``) the events that share a time are one token
-            (:mod:`seqenc.model.groups`): attention over the history's distinct times, each
-            event reading its group's state. Off unless set (``None``): faster, but it mixes the
-            events of a time into one vector.
         event_dropout: in training, the share of each history's events the entity readout drops
             (:func:`~seqenc.model.batch.drop_events`): a regulariser for label heads trained on a
             few thousand rows.
-        raw_values: (with ``numeric_scaling="per_item"``) keep the shared linear map of every
-            value's signed log beside the per-item value MLP; ``False``: the value MLP alone reads
-            the value, in its item's units (a shared map mixes the units of every item). Without
-            per-item values the shared map is the only reader and stays.
-        gap_buckets: (with ``time``) the learned tables of log-bucketed gaps (``dt_prev``, and the
-            query gap with ``query_time``); ``False`` leaves time to the continuous values
-            (``time_values``) alone.
-        init: ``"gpt"``: nanoGPT's N(0, 0.02) weights (:func:`~seqenc.model.embeddings.init_weights`);
-            ``"fan_in"``: PyTorch's own (linear layers uniform within 1/sqrt(fan-in), tables
-            N(0, 1)), under which the value and time MLPs are nonlinear in a standardised input
-            from the first step. Only a new model's start: a bundle's weights replace it.
+        token: what an event's token is built from besides its item, features and values.
+            ``"full"``: learned tables of the log-bucketed gaps (``dt_prev``, and the query gap
+            with ``query_time``), the shared linear map of every value's signed log beside the
+            per-item value MLP, and nanoGPT's N(0, 0.02) start
+            (:func:`~seqenc.model.embeddings.init_weights`). ``"lean"`` (``configs/finetune.yaml``'s
+            from scratch): time enters as its continuous values alone
+            (``time_values``), a value is read in its item's units alone (with per-item values;
+            without them the shared map is the only reader and stays), and PyTorch's own start
+            (linear layers uniform within 1/sqrt(fan-in), tables N(0, 1)), under which the value
+            and time MLPs are nonlinear in a standardised input from the first step (a bundle's
+            weights replace the start).
         normalize: L2-normalise the entity embedding.
         baskets: (causal only) the basket rule of :mod:`seqenc.model.baskets`: events that share a
             time are a set; set from the data (``data.baskets``). Without it the fused causal
@@ -115,7 +118,6 @@ class EncoderConfig:
     positional: str = "learned"
     time: bool = True
     query_time: bool = True
-    time_bias: bool = False
     repeat_head: bool | None = None
     repeat_counts: bool | None = None
     recency: bool = False
@@ -131,10 +133,7 @@ class EncoderConfig:
     time_values: bool | None = None
     item_values: bool | None = None
     event_dropout: float = 0.0
-    group_times: bool | None = None
-    raw_values: bool = True
-    gap_buckets: bool = True
-    init: str = "gpt"
+    token: str = "full"
 
     def __post_init__(self) -> None:
         self.categorical_sizes = tuple(int(size) for size in self.categorical_sizes)
@@ -162,7 +161,7 @@ class EncoderConfig:
                 f"positional={self.positional!r} not in {POSITIONALS}",
             ),
             (self.pooling in POOLINGS, f"pooling={self.pooling!r} not in {POOLINGS}"),
-            (self.init in INITS, f"init={self.init!r} not in {INITS}"),
+            (self.token in TOKENS, f"token={self.token!r} not in {TOKENS}"),
             (
                 not self.item_values or self.numeric_scaling in (None, "per_item"),
                 "item_values needs numeric_scaling='per_item'",
@@ -197,13 +196,45 @@ class EncoderConfig:
                 raise SeqencError(f"EncoderConfig: {message}")
 
     @staticmethod
-    def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(saved: dict[str, Any], where: str = "") -> dict[str, Any]:
         """A saved configuration's fields with today's names: one written before the lengths were
         named (bundle format 1, older checkpoints) holds ``max_len``, the longest history, which is
         ``n_positions - 1``; one written before ``missing_values`` has no not-recorded vectors, one
-        written before ``repeat_counts`` no purchase counts."""
+        written before ``repeat_counts`` no purchase counts; one written before ``token`` holds its
+        parts (:data:`LEAN_PARTS`); an option taken out (:data:`REMOVED`) is dropped when off and
+        refused in one line when on (after ``where``, the file, when given)."""
         saved = {"missing_values": False, "repeat_counts": False} | saved
+        at = f"{where}: " if where else ""
+        for name, what in REMOVED.items():
+            if saved.pop(name, None):
+                raise SeqencError(
+                    f"{at}the model was trained with encoder.{name} ({what}), which seqenc no "
+                    "longer builds: train it again without it"
+                )
+        saved = _token(saved, at)
         if not isinstance(saved.get("max_len"), int):
             return saved
         rest = {k: v for k, v in saved.items() if k != "max_len"}
         return rest | {"n_positions": saved["max_len"] + 1}
+
+
+def _token(saved: dict[str, Any], at: str) -> dict[str, Any]:
+    """``saved`` with the token's parts of a configuration written before ``token`` read as the
+    token they build: lean where each part the model reads is lean (the start, ``init``, is not
+    read: the saved weights replace it); parts that disagree are refused in one line (after
+    ``at``)."""
+    parts = {k: saved.pop(k) for k in LEAN_PARTS if k in saved}
+    parts.pop("init", None)
+    if not parts or "token" in saved:
+        return saved
+    read = {
+        "gap_buckets": saved.get("time", True),
+        "raw_values": saved.get("numeric_scaling") != "global" and saved.get("n_numeric") != 0,
+    }
+    lean = {value == LEAN_PARTS[name] for name, value in parts.items() if read[name]}
+    if len(lean) > 1:
+        raise SeqencError(
+            f"{at}the model was trained with encoder {parts}: a token seqenc no longer builds "
+            "(encoder.token is full or lean); train it again"
+        )
+    return saved | {"token": "lean" if lean == {True} else "full"}

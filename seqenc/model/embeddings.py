@@ -46,7 +46,9 @@ class TokenEmbedding(nn.Module):
     """Sum of the per-event embeddings of a right-padded batch.
 
     PAD positions get the PAD item vector (zero) and a dedicated zero time bucket; their other parts
-    are irrelevant because no real position ever attends to them.
+    are irrelevant because no real position ever attends to them. ``lean`` (the lean token,
+    :attr:`~seqenc.model.config.EncoderConfig.token`): no gap tables, and with per-item values no
+    shared map of the raw values.
     """
 
     def __init__(
@@ -66,8 +68,7 @@ class TokenEmbedding(nn.Module):
         item_values: bool = False,
         causal: bool = True,
         missing_values: bool = False,
-        raw_values: bool = True,
-        gap_buckets: bool = True,
+        lean: bool = False,
     ) -> None:
         super().__init__()
         self.item = nn.Embedding(n_items, d_model, padding_idx=0)
@@ -78,13 +79,14 @@ class TokenEmbedding(nn.Module):
             pad = n_time_buckets
             return nn.Embedding(pad + 1, d_model, padding_idx=pad) if on else None
 
-        self.dt_prev = gap_table(time and gap_buckets)
-        self.dt_query = gap_table(time and query_time and gap_buckets)
+        self.dt_prev = gap_table(time and not lean)
+        self.dt_query = gap_table(time and query_time and not lean)
         self.dt_ref = gap_table(time and recency)
         self.categorical = nn.ModuleList(nn.Embedding(size, d_model) for size in categorical_sizes)
         self.n_numeric = n_numeric
-        # the shared map of every value's signed log; with per-item values it is optional
-        shared = n_numeric and (raw_values or not per_item_numeric)
+        # the shared map of every value's signed log; a lean token leaves values to the per-item
+        # MLP where there is one
+        shared = n_numeric and not (lean and per_item_numeric)
         self.numeric = nn.Linear(n_numeric, d_model) if shared else None
         self.value = None
         if n_numeric and per_item_numeric:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from seqenc.errors import SeqencError
-from seqenc.model.attention import SelfAttention, key_padding_mask, time_bias_mask
+from seqenc.model.attention import SelfAttention, key_padding_mask
 from seqenc.model.baskets import basket_mask, basket_pool, basket_positions
 from seqenc.model.batch import N_SPECIAL, Batch, drop_events
 from seqenc.model.config import (  # EncoderConfig: imported from here by its users too
@@ -19,8 +19,7 @@ from seqenc.model.config import (  # EncoderConfig: imported from here by its us
     EncoderConfig,
 )
 from seqenc.model.dropout import Dropout
-from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights, time_bucket
-from seqenc.model.groups import events_of_groups, group_batch, group_starts, sum_into_groups
+from seqenc.model.embeddings import RotaryEmbedding, TokenEmbedding, init_weights
 from seqenc.model.head import SupervisedHead
 from seqenc.model.item_readout import ItemSummaries
 from seqenc.model.linear import linear
@@ -41,11 +40,6 @@ class Block(nn.Module):
         self.ln_ffn = nn.LayerNorm(d)
         self.ffn = nn.ModuleDict({"up": nn.Linear(d, hidden), "out": nn.Linear(hidden, d)})
         self.drop = Dropout(config.dropout)
-        self.time_bias = (
-            nn.Embedding(config.n_time_buckets, config.n_heads)
-            if config.time and config.time_bias
-            else None
-        )
 
     def forward(
         self,
@@ -53,15 +47,9 @@ class Block(nn.Module):
         causal: bool,
         mask: Tensor | None,
         rope: RotaryEmbedding | None,
-        gaps: Tensor | None = None,
-        lengths: Tensor | None = None,
         positions: Tensor | None = None,
     ) -> Tensor:
-        """``gaps``: ``[B, L, L]`` time buckets of ``|t_i - t_j|`` when the block has a time bias;
-        ``positions``: ``[B, L]`` rotary positions (default ``0 … L-1``)."""
-        if self.time_bias is not None:
-            bias = self.time_bias(gaps).permute(0, 3, 1, 2)  # [B, H, L, L]
-            mask = time_bias_mask(bias, lengths, causal, mask)
+        """``positions``: ``[B, L]`` rotary positions (default ``0 … L-1``)."""
         x = self.attn(self.ln_attn(x), causal, mask, rope, x, self.drop, positions)
         return self.feed_forward(x)
 
@@ -87,7 +75,6 @@ class Block(nn.Module):
         mask: Tensor,
         rope: RotaryEmbedding | None,
         positions: Tensor,
-        buckets: Tensor | None = None,
     ) -> Tensor:
         """``[B, M, d]`` the block's output at new positions ``x`` that follow cached ones
         (incremental encoding, :func:`seqenc.model.cache.extend`).
@@ -95,8 +82,8 @@ class Block(nn.Module):
         ``past``: this layer's ``(keys, values)`` ``[B, W, d]`` (heads concatenated, rotary
         positions applied); the new positions' keys and values are written there at ``write_at``
         (``[B, M, d]`` slot indices), or into the first ``M`` slots when ``None`` (nothing cached:
-        plain causal attention). ``mask`` ``[B, 1, M, W]``: which slots each new position sees;
-        ``buckets`` ``[B, M, W]``: time buckets when the block has a time bias. Eval mode.
+        plain causal attention). ``mask`` ``[B, 1, M, W]``: which slots each new position sees.
+        Eval mode.
         """
         q, k, v = self.attn.project(self.ln_attn(x), rope, positions)
         rows, width = x.shape[:2]
@@ -108,10 +95,7 @@ class Block(nn.Module):
             else:
                 store.scatter_(1, write_at, flat)
             heads.append(self.attn.split_heads(store))
-        if self.time_bias is not None:
-            bias = self.time_bias(buckets).permute(0, 3, 1, 2).to(q.dtype)
-            y = self.attn.attend(q, *heads, bias.masked_fill(~mask, -torch.inf), causal=False)
-        elif write_at is None:  # fused causal kernel over the new positions alone
+        if write_at is None:  # fused causal kernel over the new positions alone
             y = self.attn.attend(q, k, v, None, causal=True)
         else:
             y = self.attn.attend(q, *heads, mask, causal=False)
@@ -148,8 +132,7 @@ class SequenceEncoder(nn.Module):
             item_values=bool(config.item_values),
             causal=config.causal,
             missing_values=bool(config.missing_values and config.n_numeric),
-            raw_values=config.raw_values,
-            gap_buckets=config.gap_buckets,
+            lean=config.token == "lean",
         )
         self.rope = (
             RotaryEmbedding(config.d_model // config.n_heads, config.n_positions)
@@ -180,7 +163,7 @@ class SequenceEncoder(nn.Module):
         self.item_summaries = (
             ItemSummaries(d, config.n_items) if config.pooling == "items" else None
         )
-        if config.init == "gpt":  # "fan_in": PyTorch's own, as built (PAD rows and
+        if config.token == "full":  # lean: PyTorch's own start, as built (PAD rows and
             init_weights(self, config.n_layers)  # not-recorded vectors start at zero there too)
         # A fine-tuned model's label head on the entity readout (seqenc.model.head); set by the
         # training module or the bundle loader, saved with the encoder's weights.
@@ -203,9 +186,6 @@ class SequenceEncoder(nn.Module):
                 f"batch width {width} exceeds the model's n_positions = {self.config.n_positions}; "
                 f"feed at most {self.config.n_positions - 1} events per history"
             )
-        if self.config.group_times and self.config.time and not self.config.causal:
-            hidden = self.grouped(batch)
-            return newest_state(hidden, batch.lengths)[:, None] if newest_only else hidden
         baskets = self.config.baskets
         positions = basket_positions(batch) if baskets else None
         x = self.drop(self.embed(batch, positions))
@@ -213,45 +193,17 @@ class SequenceEncoder(nn.Module):
         mask = None if self.config.causal else key_padding_mask(batch.lengths, width)
         if baskets:
             mask = basket_mask(batch)
-        gaps = None
-        if self.config.time and self.config.time_bias:
-            # in dt_ref's dtype (float64 from collate), as the incremental cache does from event
-            # times: rounded to float32 only once taken, so far from as_of no bucket moves
-            gaps = (batch.dt_ref[:, :, None] - batch.dt_ref[:, None, :]).abs()
-            gaps = time_bucket(gaps, self.config.n_time_buckets)
         *blocks, last = self.blocks
         for block in blocks:
-            x = block(x, causal, mask, self.rope, gaps, batch.lengths, positions)
-        if newest_only and gaps is None and not baskets:
+            x = block(x, causal, mask, self.rope, positions)
+        if newest_only and not baskets:
             return self.ln_final(last.newest(x, self.rope, batch.lengths))
-        x = self.ln_final(last(x, causal, mask, self.rope, gaps, batch.lengths, positions))
+        x = self.ln_final(last(x, causal, mask, self.rope, positions))
         if baskets:
             x = basket_pool(x, batch)
         if newest_only:
             return newest_state(x, batch.lengths)[:, None]
         return x
-
-    def grouped(self, batch: Batch) -> Tensor:
-        """:meth:`forward` over time groups (:mod:`seqenc.model.groups`): ``[B, L, d]`` each
-        event's group state. Bidirectional; a trace keeps every position as a possible group."""
-        starts = group_starts(batch)
-        lengths = starts.sum(1)
-        tracing = torch.jit.is_tracing()
-        width = batch.items.shape[1] if tracing else max(1, int(lengths.max()))
-        groups = group_batch(batch, starts, width)
-        content = self.embed.content(batch)
-        tokens, group = sum_into_groups(content, starts, batch.padding_mask, width)
-        x = self.drop(tokens + self.embed.context(groups))
-        mask = key_padding_mask(lengths, width)
-        gaps = None
-        if self.config.time_bias:
-            gaps = time_bucket(
-                (groups.dt_ref[:, :, None] - groups.dt_ref[:, None, :]).abs(),
-                self.config.n_time_buckets,
-            )
-        for block in self.blocks:
-            x = block(x, False, mask, self.rope, gaps, lengths)
-        return events_of_groups(self.ln_final(x), group)
 
     def entity_embedding(self, batch: Batch, traced: bool = False) -> Tensor:
         """``[B, d]`` one vector per history.

@@ -19,7 +19,8 @@ from seqenc.training.basket_plan import check_basket_options
 from seqenc.training.loss_choice import loss_defaults, resume_loss
 
 REPEAT_SHARE = 0.05  # logs where at least this share of events repeat an item count as repeat logs
-# Options that set which weights the model has and their shapes: a resumed run keeps them.
+# Options that set which weights the model has and their shapes, or (n_heads) how they are read:
+# a resumed run keeps them.
 SHAPE_OPTIONS = (
     "d_model",
     "n_layers",
@@ -28,14 +29,12 @@ SHAPE_OPTIONS = (
     "positional",
     "time",
     "query_time",
-    "time_bias",
     "repeat_head",
     "repeat_counts",
     "n_time_buckets",
     "numeric_scaling",
     "missing_values",
-    "raw_values",
-    "gap_buckets",
+    "token",
     "pooling",
     "time_values",
     "item_values",
@@ -46,7 +45,8 @@ SHAPE_OPTIONS = (
 ENCODER_FIELDS = frozenset(f.name for f in fields(EncoderConfig))
 
 
-# The encoder fields the data and the objective decide (SeqencModule sets them).
+# The encoder fields the data and the objective decide (SeqencModule sets them), and the one only
+# a bundle written before the query time holds (the bundle loader sets it).
 FROM_DATA = {
     "n_items": "the data's item vocabulary",
     "n_positions": "data.history_len + 1",
@@ -54,6 +54,7 @@ FROM_DATA = {
     "n_numeric": "data.schema.numeric",
     "causal": "model.objective",
     "baskets": "data.baskets (with the causal objective)",
+    "recency": "bundles written before query_time, never a new model (it leaks the window's end)",
 }
 
 
@@ -135,7 +136,7 @@ def resolve_encoder(
 ) -> EncoderConfig:
     """``encoder`` with the fields the data decides set from ``spec`` and the objective
     (:data:`FROM_DATA`; one set otherwise is refused, in one line, rather than ignored), and its
-    automatic options resolved: ``time`` (with ``query_time`` and ``time_bias``) only when the log
+    automatic options resolved: ``time`` (with ``query_time``) only when the log
     has timestamps (a config meant for timed logs then trains on a click log without), and
     ``repeat_head`` ``None`` on for the causal objective when at least ``REPEAT_SHARE`` of the
     events repeat an item of their entity, and ``numeric_scaling`` ``None`` per item (and
@@ -153,6 +154,7 @@ def resolve_encoder(
         "n_numeric": spec.n_numeric,
         "causal": objective.causal,
         "baskets": spec.baskets and objective.causal,
+        "recency": False,
     }
     for name, value in data.items():
         given = getattr(encoder, name)
@@ -182,10 +184,8 @@ def resolve_encoder(
         missing_values=_auto(encoder.missing_values, spec.n_numeric > 0),
         item_values=entity["item_values"],
         time_values=use_time and entity["time_values"],
-        group_times=use_time and entity["group_times"],
         time=use_time,
         query_time=use_time and encoder.query_time,
-        time_bias=use_time and encoder.time_bias,
         repeat_head=repeat_head,
         repeat_counts=_auto(encoder.repeat_counts, repeat_head),
     )
@@ -201,7 +201,7 @@ def _entity_options(
 ) -> dict[str, bool]:
     """The entity model's options resolved: ``time_values`` and ``item_values`` ``None`` on for a
     model whose events see each other (``whole``: no causal mask), the latter with values read
-    per item; ``group_times`` only when set, and refused with causal attention."""
+    per item."""
     item_values = encoder.item_values
     if item_values is None:
         item_values = whole and numeric_scaling == "per_item"
@@ -210,14 +210,8 @@ def _entity_options(
             "model.encoder.item_values reads values per item: it needs numeric columns and "
             f"numeric_scaling per_item (here {numeric_scaling}, {n_numeric} numeric columns)"
         )
-    group_times = bool(encoder.group_times)  # measured: costs quality where it saves time
-    if group_times and not whole:
-        raise SeqencError(
-            "model.encoder.group_times reads the events of a time as one token of a bidirectional "
-            "encoder: it needs model.objective masked"
-        )
     time_values = whole if encoder.time_values is None else encoder.time_values
-    return {"item_values": item_values, "group_times": group_times, "time_values": time_values}
+    return {"item_values": item_values, "time_values": time_values}
 
 
 def check_loss_options(loss: str, given: object, n_real_items: int) -> None:
@@ -286,11 +280,6 @@ def check_options(
         raise SeqencError(
             f"model.mask_prob must be a number in (0, 1] and model.mask_last_prob in [0, 1], got "
             f"{prob!r} and {last!r}"
-        )
-    if encoder.recency:
-        raise SeqencError(
-            "model.encoder.recency is the input of bundles written before query_time, kept to "
-            "load them; a new model cannot train with it (it leaks the window's end)"
         )
     if encoder.repeat_head and options["loss"] not in ("ce", "sampled_softmax"):
         raise SeqencError(
