@@ -39,6 +39,21 @@ COMMANDS = {
         "embed every entity of an event log, streaming to Parquet",
         "seqenc.commands.embed",
     ),
+    "items": Command(
+        "--model BUNDLE --output ITEMS.parquet",
+        "every item's vector in the space the model scores in",
+        "seqenc.commands.retrieval:items",
+    ),
+    "index": Command(
+        "--vectors ITEMS_OR_EMBEDDINGS.parquet --output DIR [--kind auto|exact|approximate]",
+        "a nearest-neighbour index of item or account vectors",
+        "seqenc.commands.retrieval:index",
+    ),
+    "neighbours": Command(
+        "--index DIR (--ids ID ... | --queries Q.parquet) --output FILE.parquet [--k K]",
+        "the nearest rows of an index: items like an item, accounts like an account",
+        "seqenc.commands.retrieval:neighbours",
+    ),
     "onnx": Command(
         "--model BUNDLE [--output FILE.onnx]",
         "the embedding as an ONNX graph",

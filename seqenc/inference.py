@@ -19,7 +19,6 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from seqenc.data.batches import Batch
 from seqenc.data.events import Source
 from seqenc.encoding import (
     OUTPUTS,
@@ -27,16 +26,21 @@ from seqenc.encoding import (
     Encoding,
     LoadedBundle,
     encode_options,
-    iter_batches,
     last_step,
     load_on,
 )
-from seqenc.encoding.backends import autocast
 from seqenc.encoding.options import check_choice
 from seqenc.encoding.outputs import Embeddings
 from seqenc.errors import SeqencError
 from seqenc.incremental.state import EncoderState, load_state
 from seqenc.incremental.update import build_state, state_output, update_state
+from seqenc.retrieval.filters import banned_items, candidate_lists
+from seqenc.retrieval.index import VectorIndex, build_index
+from seqenc.retrieval.index_files import load_index
+from seqenc.retrieval.items import item_table
+from seqenc.retrieval.queries import query_columns
+from seqenc.retrieval.recommend import ItemIndex, Request, recommend_store
+from seqenc.retrieval.space import read_vectors, table_metadata
 
 Output = Literal["pandas", "numpy", "torch", "arrow"]
 
@@ -66,6 +70,7 @@ class Encoder(LoadedBundle):
         options: EncodeOptions | None = None,
         *,
         output: Output = "pandas",
+        query: bool = False,
         **fields: Any,
     ) -> pd.DataFrame | pa.Table | Embeddings:
         """One embedding per entity of ``events``, entities in ascending id order.
@@ -79,12 +84,60 @@ class Encoder(LoadedBundle):
                 (and ``probabilities``); counts and space in ``df.attrs``), ``"arrow"`` (the
                 columns of the Parquet export, counts and space in the schema metadata), ``"numpy"``
                 or ``"torch"`` (an :class:`Embeddings`).
+            query: also each entity's query vector, the vector the model scores items with
+                (``"pandas"`` or ``"arrow"``, ``space="native"``): a ``query`` column, and with the
+                repeat head ``query_shift``, ``repeat_items`` and ``repeat_scores``
+                (:mod:`seqenc.retrieval.queries`); with :meth:`items` they give
+                :meth:`recommend`'s scores.
         """
         check_choice("output", output, OUTPUTS)
-        run = Encoding(self, self.options(options, **fields))
-        chunk = run.whole(events)
+        options = self.options(options, **fields)
+        if query and (output not in ("pandas", "arrow") or options.space != "native"):
+            raise SeqencError(
+                "query=True adds columns of the model's own space: output 'pandas' or 'arrow', "
+                f"space 'native' (got output={output!r}, space={options.space!r})"
+            )
+        run = Encoding(self, options)
+        chunk, store = run.whole_and_store(events)
         run.counts.report()
-        return run.last.output(chunk, run.counts.output(), output)
+        extra = query_columns(self, store, options) if query else None
+        return run.last.output(chunk, run.counts.output(), output, extra)
+
+    def items(self, output: Literal["pandas", "arrow"] = "pandas") -> pd.DataFrame | pa.Table:
+        """Every item's vector in the space the model scores in: ``item_id``, ``vector`` (its
+        inner product with an entity's ``query`` from ``encode(..., query=True)`` is the model's
+        score, or with the repeat head its generation part) and ``frequency_rank`` (the bundle
+        keeps no counts: 1 = most frequent in training); model, space and what the frequency is
+        in the metadata (pandas: ``attrs``)."""
+        check_choice("output", output, ("pandas", "arrow"))
+        table = item_table(self.model, self.meta, self.vocabs)
+        if output == "arrow":
+            return table
+        df = table.to_pandas()
+        df.attrs.update(table_metadata(table))
+        return df
+
+    def index(
+        self,
+        vectors: pd.DataFrame | pa.Table | Literal["items"] = "items",
+        kind: Literal["auto", "exact", "approximate"] = "auto",
+        recall: float = 0.95,
+        queries: pd.DataFrame | pa.Table | None = None,
+    ) -> VectorIndex:
+        """A nearest-neighbour index of this model's item vectors (``"items"``) or of a table it
+        wrote (``encode``'s embeddings: accounts alike, by cosine). ``kind``: exact below
+        :data:`~seqenc.retrieval.index.EXACT_BELOW` vectors (or without faiss), else faiss's
+        inverted file whose ``nprobe`` keeps recall@10 ``recall`` against the exact top-10 on
+        sampled ``queries`` (an ``encode(..., query=True)`` table; default: its own vectors).
+        Save it with :func:`~seqenc.retrieval.index_files.save_index`."""
+        table = self.items("arrow") if isinstance(vectors, str) else vectors
+        ids, matrix, space = read_vectors(table)
+        sample = None
+        if queries is not None:
+            roles = ("queries",) if space.vectors == "items" else ("accounts",)
+            _, sample, asked = read_vectors(queries, roles, "the queries")
+            space.admits(asked)
+        return build_index(ids, matrix, space, kind, recall, sample)
 
     def state(
         self, events: Source, options: EncodeOptions | None = None, **fields: Any
@@ -119,13 +172,17 @@ class Encoder(LoadedBundle):
         """A state saved by ``EncoderState.save``; refused if another bundle made it."""
         return load_state(path, self.meta)
 
-    @torch.inference_mode()
     def recommend(
         self,
         events: Source,
         k: int = 10,
         filter_seen: bool = True,
         options: EncodeOptions | None = None,
+        *,
+        candidates: pd.DataFrame | pa.Table | None = None,
+        allow: Any = None,
+        deny: Any = None,
+        index: VectorIndex | str | Path | None = None,
         **fields: Any,
     ) -> pd.DataFrame:
         """Top-``k`` items per entity by the model's scores (the tied output layer's logits, or with
@@ -136,52 +193,32 @@ class Encoder(LoadedBundle):
         the entity's history (not only its newest ``history_len`` events) is never recommended, so an
         entity may get fewer than ``k`` rows. An out-of-vocabulary bucket is never recommended.
         Options as in :meth:`encode` (``space`` does not apply: the scores are this model's).
+
+        Filters, on every path: ``allow`` (only these item ids) and ``deny`` (never these);
+        ``candidates`` (a table of ``entity_id``, ``item_id``: each entity ranks its own list,
+        scored exactly; an entity without a row gets none). ``index``: an item index of this model
+        (:meth:`index`, or its folder): retrieve by the query vector, re-score the retrieved and
+        the history's items exactly (:mod:`seqenc.retrieval.recommend`); exact for an exact index.
+        An id the model does not know, an empty list, an index of another model: one line.
         """
-        if not isinstance(k, (int, np.integer)) or k < 1:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise SeqencError(f"k must be a positive integer, got {k!r}")
         options = self.options(options, **fields)
         if options.space != "native":
             raise SeqencError("recommend scores this model's items: space='parent' does not apply")
+        vocab = self.vocabs.item
+        request = Request(
+            min(int(k), len(vocab.values)), filter_seen, banned_items(vocab, allow, deny)
+        )
+        if index is not None and candidates is None:
+            index = index if isinstance(index, VectorIndex) else load_index(index)
+            request.index = ItemIndex.of(index, self.meta, vocab)
         run = Encoding(self, options)
         store = next(run.stores([events], None))
         run.counts.report()
-        k = min(int(k), len(self.vocabs.item.values))
-        sizes = {"batch_size": options.batch_size, "max_tokens": options.max_tokens}
-        batches = iter_batches(store, self.meta.history_len, with_seen=filter_seen, **sizes)
-        found = [self._top(b, k, filter_seen) for b in batches] or [(np.zeros(0),) * 3]
-        rows, items, scores = (np.concatenate(x) for x in zip(*found, strict=True))
-        keep = np.isfinite(scores)
-        rank = np.tile(np.arange(1, k + 1), len(rows) // k)[keep]
-        rows, items, scores = (
-            rows[keep].astype(np.int64),
-            items[keep].astype(np.int64),
-            scores[keep],
-        )
-        table = pa.table(
-            {
-                "entity_id": store.entity_ids.take(pa.array(rows)),
-                "rank": pa.array(rank.astype(np.int32)),
-                "item_id": pa.array(
-                    self.vocabs.item.decode(items).tolist(), type=self.vocabs.item.values.type
-                ),
-                "score": pa.array(scores.astype(np.float32)),
-            }
-        )
-        return table.sort_by([("entity_id", "ascending"), ("rank", "ascending")]).to_pandas()
-
-    def _top(self, batch: Batch, k: int, filter_seen: bool) -> tuple[np.ndarray, ...]:
-        """``(rows, items, scores)`` flat: each history's ``k`` best items (-inf where seen)."""
-        batch = batch.to(self.device)
-        with autocast(self.device):
-            scorer = self.model.next_item_scorer(batch)  # with the repeat head: the mixture
-        scorer.seen = batch.seen if filter_seen else None
-        # a chunk of the catalogue at a time; a bucket is no item to offer
-        scores, items = scorer.top_k(k, stop=self.vocabs.item.bucket_start)
-        return (
-            batch.index.cpu().numpy().repeat(k),
-            items.cpu().numpy().ravel(),
-            scores.float().cpu().numpy().ravel(),
-        )
+        if candidates is not None:
+            request.candidates = candidate_lists(vocab, store.entity_ids, candidates)
+        return recommend_store(self, store, request, options).to_pandas()
 
 
 def load_encoder(

@@ -23,8 +23,14 @@ LAYERS = [
         "seqenc.training.metrics",
         "seqenc.scores",  # the one scorer of a label's predictions (ROC-AUC, R²)
         "seqenc.model",
+        "seqenc.retrieval",  # the package's face (a docstring)
+        "seqenc.retrieval.topk",  # exact top-k, chunked; per-row top-k of scored pairs
+        "seqenc.retrieval.approximate",  # faiss's inverted file (optional)
+        "seqenc.retrieval.space",  # a vector table's model, space and role
+        "seqenc.retrieval.index",  # the nearest-neighbour index, its kind by size
+        "seqenc.retrieval.index_files",  # its files (JSON, .npy, faiss's own)
     ],
-    ["seqenc.data"],
+    ["seqenc.data", "seqenc.retrieval.filters"],  # allow / deny / candidate lists → item ids
     [
         "seqenc.bundle",
         "seqenc.training.checkpoint",
@@ -40,9 +46,14 @@ LAYERS = [
         "seqenc.incremental.state",
         "seqenc.incremental.ties",
         "seqenc.incremental.merge",
+        "seqenc.retrieval.items",  # every item's vector, with the model's and space's ids
     ],
     ["seqenc.encoding"],  # the encoding core: every encode path calls it
-    ["seqenc.incremental"],  # the run over cached keys (update)
+    [
+        "seqenc.incremental",  # the run over cached keys (update)
+        "seqenc.retrieval.queries",  # each account's query vector and repeat part
+        "seqenc.retrieval.recommend",  # top-k on the exact, candidate and indexed paths
+    ],
     ["seqenc.inference"],  # the Encoder facade over the core and incremental encoding
     [
         "seqenc.export",

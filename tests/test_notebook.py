@@ -67,3 +67,5 @@ def test_notebook_runs_and_probe_beats_chance(monkeypatch: pytest.MonkeyPatch) -
 
     recommend = next(c for c in nb.cells if c.cell_type == "code" and "enc.recommend" in c.source)
     assert re.search(r"entity_id\s+rank\s+item_id\s+score", _text(recommend))
+    near = next(c for c in nb.cells if c.cell_type == "code" and ".neighbours(" in c.source)
+    assert re.search(r"query_id\s+rank\s+id\s+score\s+type", _text(near))

@@ -221,9 +221,12 @@ class LastStep:
             "probabilities": pa.FixedSizeListArray.from_arrays(flat, len(classes)),
         }
 
-    def output(self, chunk: Chunk, counts: dict[str, Any], output: str) -> Any:
+    def output(
+        self, chunk: Chunk, counts: dict[str, Any], output: str, extra: pa.Table | None = None
+    ) -> Any:
         """``chunk`` in the ``output`` form of :meth:`Encoder.encode`: a pandas DataFrame (counts
-        and space in ``attrs``), an Arrow table (in the schema metadata) or :class:`Embeddings`."""
+        and space in ``attrs``), an Arrow table (in the schema metadata) or :class:`Embeddings`;
+        ``extra`` (a table form only): columns added after the others, row for row."""
         if output in ("numpy", "torch"):
             keys = chunk.keys
             return Embeddings(
@@ -237,6 +240,8 @@ class LastStep:
                 predictions=chunk.predictions,
             )
         table = self.table(chunk)
+        for name in [] if extra is None else extra.column_names:
+            table = table.append_column(name, extra[name])
         if output == "arrow":
             extra = {f"seqenc.{k}": json.dumps(v) for k, v in counts.items()}
             return table.replace_schema_metadata(self.metadata | extra)

@@ -146,10 +146,14 @@ class Encoding:
                 yield self.last(keys, embeddings, rows, _rows(wide, rows))
             del store, batches
 
-    @torch.inference_mode()
     def whole(self, events: Source) -> Chunk:
         """Every entity of ``events`` in one chunk, in ascending id order (the store's): the
         batches' embeddings scattered into place, then one last step for all of them."""
+        return self.whole_and_store(events)[0]
+
+    @torch.inference_mode()
+    def whole_and_store(self, events: Source) -> tuple[Chunk, SequenceStore]:
+        """:meth:`whole`, and the store its entities were read into (its rows are the chunk's)."""
         history_len, dim = self.bundle.meta.history_len, self.bundle.meta.dim
         store, wide = next(self._read([events], history_len))
         native = np.zeros((len(store), dim), dtype=np.float32)
@@ -158,7 +162,7 @@ class Encoding:
         ):
             native[rows] = embeddings
         rows = np.arange(len(store), dtype=np.int64)
-        return self.last(entity_columns(store, rows, history_len), native, rows, wide)
+        return self.last(entity_columns(store, rows, history_len), native, rows, wide), store
 
 
 def _rows(wide: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:

@@ -39,6 +39,9 @@ class NextItemScorer:
             history event, its copy weight), or ``None`` without the head.
         log_gate, log_not_gate: ``[B]`` the head's ``log g`` and ``log(1 - g)``.
         seen: ``[2, S]`` (row, item) pairs scored ``-inf`` (the seen-item filter), or ``None``.
+        banned: ``[n_items]`` bool, items scored ``-inf`` in every row (``recommend``'s allow /
+            deny lists), or ``None``; read by :meth:`scores`, :meth:`top_k` and
+            :meth:`pair_scores`.
     """
 
     state: Tensor
@@ -48,6 +51,7 @@ class NextItemScorer:
     log_gate: Tensor | None = None
     log_not_gate: Tensor | None = None
     seen: Tensor | None = None
+    banned: Tensor | None = None
 
     def __post_init__(self) -> None:
         self._log_normaliser: Tensor | None = None
@@ -107,7 +111,7 @@ class NextItemScorer:
             self._log_normaliser = (top[:, 0] + torch.log2(total)) / LOG2_E
         return self._log_normaliser
 
-    def _shift(self) -> Tensor:
+    def shift(self) -> Tensor:
         """``[B]`` what turns a catalogue logit into its score outside the history: ``log(1 - g)
         - log Z`` with the repeat head, else 0."""
         if self.copy_mass is None:
@@ -121,8 +125,8 @@ class NextItemScorer:
         if self.copy_mass is not None:
             # an item outside the history scores log(1 - g) + its catalogue log-probability: one
             # shift of the logits; only the history's items get the exact mixture
-            logits += self._shift()[:, None]
-            rows, items, log_mass = self._copied()
+            logits += self.shift()[:, None]
+            rows, items, log_mass = self.copied()
             inside = (items >= start) & (items < stop)
             rows, columns = rows[inside], items[inside] - start
             logits[rows, columns] = torch.logaddexp(
@@ -132,9 +136,11 @@ class NextItemScorer:
             rows, items = self.seen
             inside = (items >= start) & (items < stop)
             logits[rows[inside], items[inside] - start] = -torch.inf
+        if self.banned is not None:
+            logits[:, self.banned[start:stop]] = -torch.inf
         return logits
 
-    def _copied(self) -> tuple[Tensor, Tensor, Tensor]:
+    def copied(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(rows, items, log_mass)``: each history's distinct items and the log of their copy
         mass (an item's occurrences summed), computed once."""
         if self._copy_pairs is None:
@@ -156,7 +162,7 @@ class NextItemScorer:
         rows = [torch.arange(n_rows, device=target.device)]
         items = [target]
         if self.copy_mass is not None:
-            copy_rows, copy_items, log_mass = self._copied()
+            copy_rows, copy_items, log_mass = self.copied()
             rows.append(copy_rows)
             items.append(copy_items)
         if self.seen is not None:
@@ -184,18 +190,25 @@ class NextItemScorer:
 
     def target_scores(self, target: Tensor) -> Tensor:
         """``[B]`` each row's score of its ``target`` item, by the rule of :meth:`scores`."""
-        score = (self.state * self.weight[target].float()).sum(-1)
-        score = score.masked_fill(target < N_SPECIAL, -torch.inf)
+        return self.pair_scores(torch.arange(len(target), device=target.device), target)
+
+    def pair_scores(self, rows: Tensor, items: Tensor) -> Tensor:
+        """``[P]`` the score of item ``items[p]`` as row ``rows[p]``'s next event, by the rule of
+        :meth:`scores` (a logit shifted, then mixed with the copy mass of the row's history; seen
+        and banned pairs ``-inf``), for any pairs: a candidate list, an index's retrieved items.
+        Memory grows with the pairs, not with the catalogue."""
+        score = (self.state[rows] * self.weight[items].float()).sum(-1)
+        score = score.masked_fill(items < N_SPECIAL, -torch.inf)
+        keys = rows * self.n_items + items
         if self.copy_mass is not None:
-            copied = (self.copy_mass.float() * (self.copy_items == target[:, None])).sum(1)
-            log_copied = torch.log(copied.clamp(min=1e-30)).where(copied > 0, -torch.inf)
-            score = torch.logaddexp(
-                self.log_not_gate + score - self.log_normaliser(), self.log_gate + log_copied
-            )
+            copy_rows, copy_items, log_mass = self.copied()
+            log_copied = _lookup(copy_rows * self.n_items + copy_items, log_mass, keys)
+            score = torch.logaddexp(score + self.shift()[rows], self.log_gate[rows] + log_copied)
         if self.seen is not None:
-            rows, items = self.seen
-            hit = rows[items == target[rows]]
-            score = score.index_fill(0, hit, -torch.inf)
+            seen = self.seen[0] * self.n_items + self.seen[1]
+            score = score.masked_fill(torch.isin(keys, seen), -torch.inf)
+        if self.banned is not None:
+            score = score.masked_fill(self.banned[items], -torch.inf)
         return score
 
     def target_ranks(self, target: Tensor) -> Tensor:
@@ -214,7 +227,7 @@ class NextItemScorer:
         """
         own = self.target_scores(target)
         floor = own - TIE_TOLERANCE * (1.0 + own.abs())
-        shift = self._shift()
+        shift = self.shift()
         threshold = floor if self.copy_mass is None else least_clearing(floor, shift)
         threshold = threshold[:, None]
         rows, items, log_mass, seen, is_target = self._exceptions(target)
@@ -252,6 +265,14 @@ class NextItemScorer:
                 top_values = top.values
             best_scores, best_items = top_values, items
         return best_scores, best_items
+
+
+def _lookup(keys: Tensor, values: Tensor, wanted: Tensor) -> Tensor:
+    """``values`` at ``wanted`` among the sorted unique ``keys``; ``-inf`` where absent."""
+    if not len(keys):
+        return torch.full(wanted.shape, -torch.inf, device=wanted.device)
+    at = torch.searchsorted(keys, wanted).clamp(max=len(keys) - 1)
+    return values[at].masked_fill(keys[at] != wanted, -torch.inf)
 
 
 def least_clearing(floor: Tensor, shift: Tensor) -> Tensor:
