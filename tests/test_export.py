@@ -309,3 +309,21 @@ def test_everything_after_as_of_warns_or_raises(setup, tmp_path, caplog):
     assert "no entity has an event at or before as_of=2000-01-01" in caplog.text
     with pytest.raises(SeqencError, match="entities have no event at or before"):
         _export(setup, tmp_path / "x.parquet", as_of="2000-01-01", on_empty="raise")
+
+
+def test_an_export_replaces_its_own_output_but_never_a_file_not_ours(setup, tmp_path):
+    """Issue 67, family 4: an existing file is replaced only when seqenc wrote it (its Parquet
+    schema carries seqenc's metadata); any other file is refused in one line, untouched."""
+    output = tmp_path / "emb.parquet"
+    _export(setup, output)
+    assert pq.ParquetFile(_export(setup, output)).metadata.num_rows == 120  # ours: replaced
+    for name, write in (
+        ("table.parquet", lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p)),
+        ("notes.csv", lambda p: p.write_text("a,b\n1,2\n")),
+    ):
+        other = tmp_path / name
+        write(other)
+        before = other.read_bytes()
+        with pytest.raises(SeqencError, match="exists and is not a Parquet file seqenc wrote"):
+            _export(setup, other)
+        assert other.read_bytes() == before

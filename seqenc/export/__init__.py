@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from seqenc.atomic import directory_target, file_target
 from seqenc.bundle import bundle_inputs
@@ -128,11 +130,22 @@ def _target(output: str | Path, world_size: int, inputs: list[Path]) -> tuple[Pa
     """The output and its scratch: one process writes the file ``output``; several write shards
     into the directory; neither may be one of ``inputs``."""
     if world_size == 1:
-        output = file_target(output, inputs)
+        what = "a Parquet file seqenc wrote (its schema carries seqenc.* metadata)"
+        output = file_target(output, inputs, ours=written_by_seqenc, what=what)
     else:
         shards = "a directory of part-*.parquet shards"
         output = directory_target(output, _only_shards, shards, inputs)
     return output, Scratch(output)
+
+
+def written_by_seqenc(path: Path) -> bool:
+    """Whether ``path`` is a Parquet file whose schema carries seqenc's metadata (an export, an
+    item table, ``seqenc embed``'s output): what an export may replace."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError, pa.ArrowException):
+        return False
+    return any(key.startswith(b"seqenc.") for key in metadata)
 
 
 def _trainer(run: ExportOptions, on_cpu_only: bool) -> pl.Trainer:
