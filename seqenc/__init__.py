@@ -19,11 +19,13 @@ _WHERE = {
     "EncodeOptions": "seqenc.encoding.options",
     "Encoder": "seqenc.inference",
     "EventSchema": "seqenc.data.schema",
+    "LabelModule": "seqenc.finetune.module",
     "SeqencModule": "seqenc.training.module",
     "SequenceDataModule": "seqenc.data.datamodule",
     "SequenceStore": "seqenc.data.sequences",
     "build_sequences": "seqenc.data.sequences",
     "encode": "seqenc.inference",
+    "label_module": "seqenc.finetune.build",
     "load_encoder": "seqenc.inference",
     "read_events": "seqenc.data.events",
 }

@@ -1,4 +1,5 @@
-"""The LightningModule: encoder + objective head, training and full-ranking evaluation."""
+"""The next-event LightningModule: an encoder trained with a causal (next item, next basket) or
+masked (cloze) objective and its self-supervised terms, evaluated by full ranking."""
 
 from __future__ import annotations
 
