@@ -21,7 +21,16 @@ from hourly_gru import gru_fold  # benchmarks/hourly_gru.py, beside this script
 
 from seqenc import load_encoder
 from seqenc.atomic import write_text
-from seqenc.evaluate import cv_folds, embed_at, feature_matrix, probe, probe_fold
+from seqenc.evaluate import (
+    ProbeResult,
+    cv_folds,
+    embed_at,
+    feature_matrix,
+    probe,
+    probe_fold,
+    probes,
+)
+from seqenc.evaluate.stacking import stacked_columns
 
 EMBEDDING = ("embedding",)  # the embeddings' column, stacked beside the aggregates in "both"
 
@@ -54,7 +63,11 @@ def scores(
 ) -> dict:
     """One probe's per-fold scores of ``task`` on ``features`` (``stack``: columns stacked as
     their own probe's score)."""
-    result = probe(features, labels, label_column=task, on=on, model=model, seed=0, stack=stack)
+    return kept(probe(features, labels, label_column=task, on=on, model=model, seed=0, stack=stack))
+
+
+def kept(result: ProbeResult) -> dict:
+    """What is kept of a probe's result: its row count and per-fold scores."""
     return {"n_rows": result.n_rows, "folds": {k: v.tolist() for k, v in result.folds.items()}}
 
 
@@ -84,6 +97,9 @@ def evaluate(
     out = {}
     for task, models in plan.items():
         rows = task_rows(labels, both, task, on)
+        if embeddings is not None:  # the stacked block's columns once per fold, every probe
+            kw = {"label_column": task, "on": on, "seed": 0, "stack": EMBEDDING}
+            stacked = probes(both, rows, models=models, **kw)
         for model in models:
             key = f"{task}/{model}"
             compute = functools.partial(scores, aggregates, rows, task, on, model)
@@ -92,7 +108,7 @@ def evaluate(
                 out[key] = {
                     "aggregates": cached,
                     "embeddings": scores(embeddings, rows, task, on, model),
-                    "both": scores(both, rows, task, on, model, EMBEDDING),
+                    "both": kept(stacked[model]),
                     "concat": scores(both, rows, task, on, model),
                 }
             print(f"  {key}: done", flush=True)
@@ -135,14 +151,14 @@ def fold_scores(
             if args.train_share is not None:
                 train = share_of(train, y, args.train_share, k)
             scores = out[str(k)].setdefault(task, {})
+            matrices = dict(x)
+            if "embeddings" in x:  # the stacked block's columns once per fold, every probe
+                columns = stacked_columns(x["embeddings"], y, train, test, kind)
+                matrices["both"] = np.hstack([x["aggregates"], columns])
+                matrices["concat"] = np.hstack([x["aggregates"], x["embeddings"]])
             for model in models:
-                for name in sets:
-                    scores[f"{name}/{model}"] = probe_fold(x[name], y, kind, model, train, test)
-                if "embeddings" in x:
-                    both, concat = (x["aggregates"], x["embeddings"]), np.hstack(list(x.values()))
-                    fold = (y, kind, model, train, test)
-                    scores[f"both/{model}"] = probe_fold(both[0], *fold, stacked=both[1])
-                    scores[f"concat/{model}"] = probe_fold(concat, *fold)
+                for name, matrix in matrices.items():
+                    scores[f"{name}/{model}"] = probe_fold(matrix, y, kind, model, train, test)
             if dataset.reference_gru and kind == "binary" and not args.no_gru:
                 clock = time.perf_counter()
                 scores["gru"] = gru_fold(events, rows, y, train, test)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -19,7 +20,13 @@ from seqenc.model.losses import (
     sampled_softmax,
     target_log_softmax,
 )
-from seqenc.model.sampled import Proposal, sample_candidates
+from seqenc.model.sampled import (
+    ITEM_GRADIENT,
+    N_NEGATIVES,
+    Proposal,
+    sample_candidates,
+    sampled_log_softmax,
+)
 
 N_SPECIAL = 3
 
@@ -223,6 +230,26 @@ def test_loss_options_name_each_option_with_its_default() -> None:
     sampled = loss_options("sampled_softmax")
     assert sampled["sampler"] == "mixed" and sampled["exact_share"] is None
     assert not {"hidden", "weight", "targets"} & set(sampled)
+
+
+def test_the_sampled_terms_options_are_one_list() -> None:
+    """sampled_softmax's options are sampled_log_softmax's (but the exact rows' table_gradient),
+    in their order, then the exact rows' own: one list, in seqenc/model/sampled.py."""
+    sampled = list(inspect.signature(sampled_log_softmax).parameters)[3:]
+    assert sampled[-1] == "table_gradient"
+    assert list(loss_options("sampled_softmax")) == [*sampled[:-1], "exact_share", "item_gradient"]
+    assert loss_options("sampled_softmax") == {
+        "n_negatives": N_NEGATIVES,
+        "sampler": "mixed",
+        "generator": None,
+        "proposal": None,
+        "own_items": True,
+        "groups": None,
+        "exact_share": None,
+        "item_gradient": ITEM_GRADIENT,
+    }
+    with pytest.raises(TypeError, match="table_gradient"):
+        sampled_softmax(*make_case(), table_gradient=False)
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))

@@ -1,6 +1,6 @@
 """Stacked feature blocks (seqenc.evaluate.stacking): a training row's score never saw its label,
 the scores against a loop written with scikit-learn's own calls, the probe and compare with a
-stacked block."""
+stacked block, its columns computed once per fold for every probe."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import pandas as pd
 import pytest
 
 from seqenc import SeqencError
-from seqenc.evaluate import compare, probe
+from seqenc.evaluate import compare, cv_folds, probe, probes, stacking
+from seqenc.evaluate.estimators import estimator, fit_estimator
 from seqenc.evaluate.stacking import FLOOR, cross_fitted
+from seqenc.scores import prediction_scores
+
+fitted = cross_fitted  # the function itself, while a test counts its calls
 
 sklearn = pytest.importorskip("sklearn")
 
@@ -126,3 +130,28 @@ def test_stack_refuses_what_it_cannot_read():
         probe(table(strong, noise), labels, label_column="y", on=["id"], stack=["emb"])
     with pytest.raises(SeqencError, match="give features and labels as tables"):
         probe(strong, y, stack=["embedding"])
+
+
+def test_the_stacked_columns_are_computed_once_per_fold_for_every_probe(monkeypatch):
+    strong, noise = blocks(90, noise=6, seed=8)
+    y = (strong[:, 0] + noise[:, 0] > 0).astype(int)
+    labels = pd.DataFrame({"id": np.arange(90), "y": y})
+    calls = []
+    monkeypatch.setattr(
+        stacking, "cross_fitted", lambda *a, **k: calls.append(1) or fitted(*a, **k)
+    )
+    kw = {"label_column": "y", "on": ["id"], "n_splits": 3, "stack": ["embedding"]}
+    both = probes(table(strong, noise), labels, models=("linear", "trees"), **kw)
+    assert len(calls) == 3  # one per fold, not one per fold and probe
+    # Each probe's fold scores equal a by-hand fold: the block's cross-fitted scores beside the
+    # other columns, then the probe fitted on the training rows.
+    task, codes, _, splits = cv_folds(y, n_splits=3)
+    for model, result in both.items():
+        for k, (train, test) in enumerate(splits):
+            inside, new = fitted(noise[train], codes[train], noise[test], task, 0)
+            search = estimator(task, model, 3, 0)[1]
+            fit_estimator(search, np.hstack([strong[train], inside]), codes[train])
+            proba = search.predict_proba(np.hstack([strong[test], new]))
+            expected = prediction_scores(task, codes[test], proba, search.classes_)
+            for metric, value in expected.items():
+                assert result.folds[metric][k] == pytest.approx(value, abs=1e-12)

@@ -24,6 +24,7 @@ from seqenc.evaluate.probe import (
     feature_matrix,
     probe,
     probe_fold,
+    probes,
 )
 from seqenc.scores import prediction_scores
 
@@ -38,4 +39,5 @@ __all__ = [
     "prediction_scores",
     "probe",
     "probe_fold",
+    "probes",
 ]

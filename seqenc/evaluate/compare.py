@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from seqenc.data.labels import label_rows
-from seqenc.evaluate.probe import Model, Task, probe
+from seqenc.evaluate.probe import Model, Task, probes
 
 
 def compare(
@@ -26,12 +26,13 @@ def compare(
     reference: str | None = None,
     stack: bool = True,
 ) -> pd.DataFrame:
-    """:func:`probe` with each of ``models`` on each named feature table and on every pair joined
-    (``a+b``), on the rows all of them cover, so the scores compare like with like. In a pair
-    with ``reference``, the other table enters stacked (its columns as one block through its own
-    cross-fitted linear probe: :func:`probe`'s ``stack``), so a wide weak table does not cost
-    the reference's probe the variance of one weight per column; ``stack=False`` concatenates
-    every pair's columns. One row per
+    """:func:`~seqenc.evaluate.probe.probe` with each of ``models`` on each named feature table
+    and on every pair joined (``a+b``), on the rows all of them cover, so the scores compare like
+    with like. In a pair with ``reference``, the other table enters stacked (its columns as one
+    block through its own cross-fitted linear probe: :func:`~seqenc.evaluate.probe.probe`'s
+    ``stack``, its columns computed once per fold for every model), so a wide weak table does
+    not cost the reference's probe the variance of one weight per column; ``stack=False``
+    concatenates every pair's columns. One row per
     model and feature set; ``attrs["label_rows"]`` counts the label rows given, dropped (by
     cause: ``null_label``, ``duplicate``, ``no_features``) and used; ``attrs["task_reason"]`` the
     task and why it was chosen.
@@ -45,20 +46,15 @@ def compare(
     for frame in feature_sets.values():
         labelled = labelled.merge(frame[list(on)].drop_duplicates(), on=list(on), how="inner")
     counts |= {"no_features": given - len(labelled), "used": len(labelled)}
-    rows, folds = [], {}
     sets = _with_pairs(feature_sets, on, reference if stack else None)
-    for model, (name, (frame, block)) in itertools.product(models, sets.items()):
-        result = probe(
-            frame,
-            labelled,
-            label_column=label_column,
-            on=on,
-            task=task,
-            model=model,
-            n_splits=n_splits,
-            seed=seed,
-            stack=block,
-        )
+    results = {}  # (model, name) -> ProbeResult, a stacked block's columns once per fold
+    for name, (frame, block) in sets.items():
+        kw = {"label_column": label_column, "on": on, "task": task, "n_splits": n_splits}
+        scored = probes(frame, labelled, models=models, seed=seed, stack=block, **kw)
+        results |= {(model, name): result for model, result in scored.items()}
+    rows, folds = [], {}
+    for model, name in itertools.product(models, sets):
+        result = results[model, name]
         folds[model, name] = result.folds
         rows.append(
             {"model": model, "features": name, "task": result.task, "n_rows": result.n_rows}

@@ -23,7 +23,7 @@ from seqenc.evaluate.estimators import (
     fit_estimator,
     sklearn_modules,
 )
-from seqenc.evaluate.stacking import cross_fitted
+from seqenc.evaluate.stacking import stacked_columns
 from seqenc.scores import prediction_scores, r2, scored_kind
 
 Task = Literal["auto", "binary", "multiclass", "regression"]
@@ -189,30 +189,81 @@ def probe(
             cross-fitted inside each training fold (:mod:`~seqenc.evaluate.stacking`): a score
             per class (or a number) beside the other columns, not a weight per column.
     """
+    return probes(
+        features,
+        labels,
+        label_column=label_column,
+        on=on,
+        task=task,
+        models=(model,),
+        n_splits=n_splits,
+        seed=seed,
+        stack=stack,
+    )[model]
+
+
+def probes(
+    features: pd.DataFrame | np.ndarray,
+    labels: pd.DataFrame | pd.Series | np.ndarray,
+    *,
+    label_column: str | None = None,
+    on: Sequence[str] | None = None,
+    task: Task = "auto",
+    models: Sequence[Model] = ("linear",),
+    n_splits: int = 5,
+    seed: int = 0,
+    stack: Sequence[str] = (),
+) -> dict[Model, ProbeResult]:
+    """:func:`probe` with each of ``models`` on the same rows and folds, model -> result; the
+    ``stack`` block's cross-fitted columns are computed once per fold for all of them
+    (:func:`~seqenc.evaluate.stacking.stacked_columns`)."""
     sklearn_modules()
     _check_splits(n_splits, seed)
     x, stacked, y, counts = _align(features, labels, label_column, on, stack)
     task, why = probe_task(y, task)
     task, y, classes, splits = cv_folds(y, task, n_splits, seed)
-    check_fold_sizes(y, task, model, splits, seed, stacked is not None)  # before any fit
-    folds, base = defaultdict(list), defaultdict(list)  # metric -> one value per fold
+    for model in models:  # before any fit
+        check_fold_sizes(y, task, model, splits, seed, stacked is not None)
+    folds = {model: defaultdict(list) for model in models}  # metric -> one value per fold
+    base = defaultdict(list)
     for train, test in splits:
-        for name, value in probe_fold(
-            x, y, task, model, train, test, n_splits, seed, stacked
-        ).items():
-            folds[name].append(value)
+        fold_x = _with_stacked(x, stacked, y, train, test, task, seed)
+        for model in folds:  # each model once
+            for name, value in probe_fold(
+                fold_x, y, task, model, train, test, n_splits, seed
+            ).items():
+                folds[model][name].append(value)
         for name, value in _baseline(task, y[train], y[test]).items():
             base[name].append(value)
-    return ProbeResult(
-        task=task,
-        n_rows=len(y),
-        n_features=x.shape[1] + (0 if stacked is None else stacked.shape[1]),
-        classes=classes,
-        folds={k: np.asarray(v) for k, v in folds.items()},
-        baseline={k: float(np.mean(v)) for k, v in base.items()},
-        label_rows=counts,
-        task_reason=why,
-    )
+    n_features = x.shape[1] + (0 if stacked is None else stacked.shape[1])
+    return {
+        model: ProbeResult(
+            task=task,
+            n_rows=len(y),
+            n_features=n_features,
+            classes=list(classes),
+            folds={k: np.asarray(v) for k, v in scored.items()},
+            baseline={k: float(np.mean(v)) for k, v in base.items()},
+            label_rows=dict(counts),
+            task_reason=why,
+        )
+        for model, scored in folds.items()
+    }
+
+
+def _with_stacked(
+    x: np.ndarray,
+    stacked: np.ndarray | None,
+    y: np.ndarray,
+    train: np.ndarray,
+    test: np.ndarray,
+    task: str,
+    seed: int,
+) -> np.ndarray:
+    """``x`` with the ``stacked`` block's columns of this fold appended (``x`` without one)."""
+    if stacked is None:
+        return x
+    return np.hstack([x, stacked_columns(stacked, y, train, test, task, seed)])
 
 
 def _check_splits(n_splits: int, seed: int) -> None:
@@ -237,14 +288,12 @@ def probe_fold(
     """One fold of :func:`probe`: the probe fitted on rows ``train`` of ``x`` and coded labels
     ``y`` (:func:`cv_folds`), scored on rows ``test`` (so one fold can run on its own);
     ``stacked``: a block of columns (row-aligned with ``x``) that enters through its
-    cross-fitted scores (:func:`~seqenc.evaluate.stacking.cross_fitted`) on the training rows."""
-    fit_x, test_x = x[train], x[test]
-    if stacked is not None:
-        inside, new = cross_fitted(stacked[train], y[train], stacked[test], task, seed)
-        fit_x, test_x = np.hstack([fit_x, inside]), np.hstack([test_x, new])
+    cross-fitted scores (:func:`~seqenc.evaluate.stacking.stacked_columns`); several probes
+    of one fold take those columns once, appended to ``x``, instead."""
+    fold_x = _with_stacked(x, stacked, y, train, test, task, seed)
     search = estimator(task, model, n_splits, seed)[1]
-    fit_estimator(search, fit_x, y[train])
-    return _scores(task, search, test_x, y[test])
+    fit_estimator(search, fold_x[train], y[train])
+    return _scores(task, search, fold_x[test], y[test])
 
 
 def cv_folds(

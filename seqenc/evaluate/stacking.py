@@ -41,6 +41,19 @@ def cross_fitted(
     return inside, _scores(model, x_new, task, n_classes)
 
 
+def stacked_columns(
+    block: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, task: str, seed: int = 0
+) -> np.ndarray:
+    """``[n, width]``: :func:`cross_fitted` scores of ``block`` for one fold, on the rows
+    ``train`` (each from a fit without it) and ``test`` (from the fit on every training row), NaN
+    on the rows of neither. They depend on the block, the labels and the fold only: computed
+    once per fold and appended to the matrix every probe of the fold reads."""
+    inside, new = cross_fitted(block[train], y[train], block[test], task, seed)
+    columns = np.full((len(block), inside.shape[1]), np.nan)
+    columns[train], columns[test] = inside, new
+    return columns
+
+
 def _scores(model, x: np.ndarray, task: str, n_classes: int) -> np.ndarray:
     """``[n, width]`` scores of a fitted probe (:func:`cross_fitted`)."""
     if task == "regression":

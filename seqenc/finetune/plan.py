@@ -26,7 +26,7 @@ import torch
 from seqenc.data.bounds import check_count
 from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError, ignored
-from seqenc.training.epochs import whole_epochs
+from seqenc.training.epochs import ScheduleRule, epoch_schedule
 
 LABEL_EPOCHS = 12
 MIN_LABEL_STEPS = 200
@@ -36,6 +36,17 @@ MAX_GIVEN_RATIO = 1e4  # given class weights: beyond this ratio one class is all
 ClassWeights = Literal["auto", "none"] | list[float]
 
 
+LABEL_RULE = ScheduleRule(
+    name="fine-tuning schedule",
+    option="model.label_steps",
+    epochs=LABEL_EPOCHS,
+    low=MIN_LABEL_STEPS,
+    high=MAX_LABEL_STEPS,
+    auto="auto: {epochs} epochs, within [{low:,}, {high:,}]; {option} sets it",
+    capped=False,
+)
+
+
 def label_schedule(
     n_rows: int, batches_per_epoch: int, label_steps: int | None, max_steps: int = -1
 ) -> tuple[int, int, str]:
@@ -43,27 +54,9 @@ def label_schedule(
     ``batches_per_epoch`` batches: ``label_steps`` rounded up to whole epochs (each ends with a
     validation) if given, else :data:`LABEL_EPOCHS` epochs moved into ``[MIN_LABEL_STEPS,
     MAX_LABEL_STEPS]`` (:func:`~seqenc.training.epochs.whole_epochs`); an explicit ``max_steps``
-    (>= 0) wins as it is."""
-    batches = max(1, batches_per_epoch)
-    if max_steps >= 0:
-        steps, how = max_steps, "trainer.max_steps"
-    elif label_steps is not None:
-        steps, how = label_steps, "model.label_steps"
-    else:
-        steps = whole_epochs(batches, LABEL_EPOCHS, MIN_LABEL_STEPS, MAX_LABEL_STEPS) * batches
-        how = (
-            f"auto: {LABEL_EPOCHS} epochs, within [{MIN_LABEL_STEPS:,}, {MAX_LABEL_STEPS:,}]; "
-            "model.label_steps sets it"
-        )
-    epochs = max(1, math.ceil(steps / batches))
-    if max_steps < 0:  # whole epochs: the last one ends with a validation
-        steps = epochs * batches
-    why = (
-        f"fine-tuning schedule: {steps:,} steps = {epochs} epoch{'s' * (epochs > 1)} of "
-        f"{batches} batches over "
-        f"{n_rows:,} labelled training rows ({how})"
-    )
-    return steps, epochs, why
+    (>= 0) wins as it is: :data:`LABEL_RULE`."""
+    over = f" over {n_rows:,} labelled training rows"
+    return epoch_schedule(LABEL_RULE, batches_per_epoch, label_steps, max_steps, over=over)
 
 
 def check_label_options(

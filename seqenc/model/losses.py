@@ -33,14 +33,14 @@ from seqenc.model.sampled import (
     EXACT_SHARE,
     ITEM_GRADIENT,
     ITEM_GRADIENTS,
-    N_NEGATIVES,
-    Proposal,
     sampled_log_softmax,
     scale_gradient,
     shared_logsumexp,
 )
 
 MATMUL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# A loss's arguments that are its inputs, not options.
+LOSS_INPUTS = ("hidden", "weight", "targets")
 
 
 def _valid_rows(hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -180,44 +180,29 @@ def full_softmax_ce(
 
 
 def sampled_softmax(
-    hidden: Tensor,
-    weight: Tensor,
-    targets: Tensor,
-    n_negatives: int = N_NEGATIVES,
-    sampler: str = "mixed",
-    generator: torch.Generator | None = None,
-    proposal: Proposal | None = None,
-    own_items: bool = True,
-    groups: tuple[Tensor, Tensor] | None = None,
-    exact_share: float | None = None,
-    item_gradient: str = ITEM_GRADIENT,
+    hidden: Tensor, weight: Tensor, targets: Tensor, *args: object, **kwargs: object
 ) -> Tensor:
     """Cross-entropy against the sampled, logQ-corrected softmax (:func:`sampled_log_softmax`,
     :func:`partly_exact_log_softmax`); ``groups`` index the kept rows (those with a real target,
-    in order)."""
+    in order). Its options, by position or name: :data:`SAMPLED_SIGNATURE`."""
+    bound = SAMPLED_SIGNATURE.bind(hidden, weight, targets, *args, **kwargs).arguments
+    options = {key: value for key, value in bound.items() if key not in LOSS_INPUTS}
     h, t = _valid_rows(hidden, targets)
     if h.shape[0] == 0:
         return _no_rows(h)
-    options = {"sampler": sampler, "proposal": proposal, "own_items": own_items}
-    estimate = partly_exact_log_softmax(
-        h, weight, t, n_negatives, exact_share, generator, groups, item_gradient, **options
-    )
-    return -estimate.mean()
+    return -partly_exact_log_softmax(h, weight, t, **options).mean()
 
 
 def partly_exact_log_softmax(
     hidden: Tensor,
     weight: Tensor,
     targets: Tensor,
-    n_negatives: int = N_NEGATIVES,
     exact_share: float | None = None,
-    generator: torch.Generator | None = None,
-    groups: tuple[Tensor, Tensor] | None = None,
     item_gradient: str = ITEM_GRADIENT,
     **options: object,
 ) -> Tensor:
     """``[N]``: the sampled estimate of each row's log-softmax at its target
-    (:func:`sampled_log_softmax` with ``n_negatives`` and ``options``), except on a random
+    (:func:`sampled_log_softmax` with its ``options``), except on a random
     ``exact_share`` of the rows, whose normaliser is exact. Those rows give every item of the table
     a gradient at every step, as the exact term does, at ``exact_share`` of its cost. ``None``:
     :data:`EXACT_SHARE`, or fewer rows where the catalogue is large (at most ``n_negatives / n_items``
@@ -232,10 +217,11 @@ def partly_exact_log_softmax(
     targets' scores train it from every row and ``hidden``'s gradient is the same."""
     if item_gradient not in ITEM_GRADIENTS:
         raise SeqencError(f"item_gradient={item_gradient!r} is not one of {ITEM_GRADIENTS}")
+    options = _defaults(sampled_log_softmax) | options  # the sampled term's, with its defaults
+    generator, groups = options["generator"], options.pop("groups")
     if exact_share is None:
-        exact_share = min(EXACT_SHARE, n_negatives / (weight.shape[0] - N_SPECIAL))
+        exact_share = min(EXACT_SHARE, options["n_negatives"] / (weight.shape[0] - N_SPECIAL))
     n_exact = math.ceil(exact_share * len(targets))
-    options |= {"n_negatives": n_negatives, "generator": generator}
     if n_exact == 0:
         return sampled_log_softmax(hidden, weight, targets, groups=groups, **options)
     source = generator.device if generator is not None else hidden.device
@@ -252,6 +238,27 @@ def partly_exact_log_softmax(
             sampled_log_softmax(hidden[rest], weight, targets[rest], groups=rows, **options)
         )
     return torch.cat(parts)[torch.argsort(order)]
+
+
+def _defaults(function: Callable[..., Tensor]) -> dict[str, object]:
+    """The options of ``function`` (its arguments after :data:`LOSS_INPUTS`) and their defaults."""
+    parameters = inspect.signature(function).parameters.items()
+    return {
+        key: p.default
+        for key, p in parameters
+        if key not in LOSS_INPUTS and p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+
+
+def _sampled_signature() -> inspect.Signature:
+    """:func:`sampled_softmax`'s parameters: :func:`~seqenc.model.sampled.sampled_log_softmax`'s
+    (the one list of the sampled term's options), but ``table_gradient`` (the exact rows' to
+    set), then :func:`partly_exact_log_softmax`'s own."""
+    sampled = inspect.signature(sampled_log_softmax).parameters.values()
+    exact = list(inspect.signature(partly_exact_log_softmax).parameters.values())
+    kept = [p for p in sampled if p.name != "table_gradient"]
+    own = [p for p in exact if p.name not in LOSS_INPUTS and p.kind is p.POSITIONAL_OR_KEYWORD]
+    return inspect.signature(sampled_softmax).replace(parameters=kept + own)
 
 
 def target_log_softmax(
@@ -274,6 +281,10 @@ def target_log_softmax(
         f"the repeat head's mixture needs a normalised catalogue term: model.loss ce or "
         f"sampled_softmax, got {loss!r}"
     )
+
+
+SAMPLED_SIGNATURE = _sampled_signature()
+sampled_softmax.__signature__ = SAMPLED_SIGNATURE  # what loss_options reads
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -341,8 +352,6 @@ LOSSES: dict[str, Callable[..., Tensor]] = {
     "gbce": gbce,
 }
 
-# A loss's arguments that are its inputs, not options.
-LOSS_INPUTS = ("hidden", "weight", "targets")
 # The options a run supplies itself (drawn or built per run), never a user's ``model.loss_options``.
 RUN_OWN_OPTIONS = frozenset(("generator", "proposal", "groups"))
 
@@ -351,8 +360,7 @@ def loss_options(name: str) -> dict[str, object]:
     """The options of the loss called ``name`` (a key of :data:`LOSSES`), each with its default:
     its arguments after the inputs (:data:`LOSS_INPUTS`). The one place a loss's options are
     read from its signature."""
-    parameters = inspect.signature(LOSSES[name]).parameters.items()
-    return {key: p.default for key, p in parameters if key not in LOSS_INPUTS}
+    return _defaults(LOSSES[name])
 
 
 def compute_loss(

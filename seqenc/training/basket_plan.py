@@ -19,7 +19,7 @@ from seqenc.data.datamodule import SequenceDataModule
 from seqenc.errors import SeqencError, ignored
 from seqenc.model.encoder import EncoderConfig
 from seqenc.training.callbacks import PATIENCE, ConfiguredEarlyStopping
-from seqenc.training.epochs import whole_epochs
+from seqenc.training.epochs import ScheduleRule, epoch_schedule
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,17 @@ MAX_BASKET_STEPS = 2000
 BASKET_PATIENCE = 2
 
 
+BASKET_RULE = ScheduleRule(
+    name="basket schedule",
+    option="model.basket_steps",
+    epochs=BASKET_EPOCHS,
+    low=MIN_BASKET_STEPS,
+    high=MAX_BASKET_STEPS,
+    auto="auto: {epochs} epochs within [{low:,}, {high:,}] steps; {option} sets it",
+    capped=True,
+)
+
+
 def basket_schedule(
     batches_per_epoch: int,
     basket_steps: int | None,
@@ -54,28 +65,8 @@ def basket_schedule(
     ``basket_steps`` if given, else :data:`BASKET_EPOCHS` epochs moved into
     ``[MIN_BASKET_STEPS, MAX_BASKET_STEPS]`` (:func:`~seqenc.training.epochs.whole_epochs`), then
     capped by ``max_steps`` (>= 0) and ``max_epochs`` (a cap that ends inside an epoch ends at the
-    last whole one, unless it is below one epoch)."""
-    batches = max(1, batches_per_epoch)
-    if basket_steps is not None:
-        steps, how = basket_steps, "model.basket_steps"
-    else:
-        steps = whole_epochs(batches, BASKET_EPOCHS, MIN_BASKET_STEPS, MAX_BASKET_STEPS) * batches
-        how = (
-            f"auto: {BASKET_EPOCHS} epochs within [{MIN_BASKET_STEPS:,}, "
-            f"{MAX_BASKET_STEPS:,}] steps; model.basket_steps sets it"
-        )
-        caps = [(max_steps, "trainer.max_steps")] if max_steps >= 0 else []
-        caps += [(max_epochs * batches, "trainer.max_epochs")] if max_epochs else []
-        for cap, name in caps:
-            if cap < steps:
-                steps = cap // batches * batches or cap
-                how = f"auto, capped by {name}"
-    epochs = max(1, math.ceil(steps / batches))
-    why = (
-        f"basket schedule: {steps:,} steps = {epochs} epoch{'s' * (epochs > 1)} of {batches} "
-        f"batches ({how})"
-    )
-    return steps, epochs, why
+    last whole one, unless it is below one epoch): :data:`BASKET_RULE`."""
+    return epoch_schedule(BASKET_RULE, batches_per_epoch, basket_steps, max_steps, max_epochs)
 
 
 def set_basket_schedule(
