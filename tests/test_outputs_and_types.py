@@ -159,3 +159,15 @@ def test_the_logits_pool_is_released() -> None:
     assert workspace.POOL.nbytes() >= 1024 * 2048 * 4
     assert workspace.release() >= 1024 * 2048 * 4
     assert workspace.POOL.nbytes() == 0
+
+
+def test_a_fit_gives_the_logits_pool_back_when_it_ends(tmp_path) -> None:
+    """Issue 67: after a fit from Python the pool kept its buffers for the process's life; every
+    module (next-event and fine-tuning alike) releases them when its fit ends."""
+    from tests.tiny import catalogue_fit
+
+    with workspace.lending() as matrix:  # what the fit's exact normaliser would have kept
+        matrix(1024, 2048, torch.device("cpu")).fill_(1.0)
+    assert workspace.POOL.nbytes() > 0
+    catalogue_fit(tmp_path, "--trainer.max_steps", "2", "--trainer.max_epochs", "1")
+    assert workspace.POOL.nbytes() == 0
