@@ -56,6 +56,7 @@ def label_module(
         )
     kind = Causal(spec.baskets) if objective == "causal" else Masked()
     config = resolve_encoder(encoder, spec, kind)
+    body = SequenceEncoder(config)  # before the head: a seed draws the weights as it always has
     head = SupervisedHead.of(config.d_model, labels, fusion)
     weights, notes = None, ()
     if head.task == "classification" and rows is not None:
@@ -64,7 +65,7 @@ def label_module(
     options = {"class_weights": class_weights_option, "label_steps": label_steps}
     options |= {"encoder": asdict(config)}
     return LabelModule(
-        SequenceEncoder(config),
+        body,
         head,
         LabelLoss(weights),
         spec,
