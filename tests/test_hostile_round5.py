@@ -194,10 +194,10 @@ def test_a_run_folder_too_small_for_a_checkpoint_is_one_line_first(world, tmp_pa
 # SIGTERM in every stage of a fit
 
 STAGES = {  # stage: (the function it calls, a fine-tuning fit)
-    "fit": ("seqenc.training.module.SeqencModule.training_step", True),
-    "test": ("seqenc.training.module.SeqencModule.test_step", True),
+    "fit": ("seqenc.finetune.module.LabelModule.training_step", True),
+    "test": ("seqenc.finetune.module.LabelModule.test_step", True),
     "label baseline": ("seqenc.finetune.baseline.aggregates_score", True),
-    "baselines": ("seqenc.training.callbacks.baseline_metrics", False),
+    "baselines": ("seqenc.training.baseline_report.baseline_metrics", False),
     "bundle": ("seqenc.training.callbacks.bundle_from_checkpoint", True),
     "printing": ("seqenc.commands.train.align_after_fit", False),
 }

@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 from jsonargparse import Namespace
 
 from seqenc.atomic import check_room
-from seqenc.errors import SeqencError
+from seqenc.errors import ignored
 from seqenc.training.callbacks import ConfiguredEarlyStopping
 from seqenc.training.saving import checkpoint_size
 
@@ -33,10 +33,8 @@ def check_monitors(model: pl.LightningModule, trainer: pl.Trainer) -> None:
             option = "early_stopping.monitor"
             if not isinstance(callback, ConfiguredEarlyStopping):
                 option = "the best checkpoint's monitor (model.ks sets its cut-offs)"
-            raise SeqencError(
-                f"{option} {monitor!r} is not a metric this fit logs (Lightning would skip it "
-                f"silently): one of {sorted(logged)}"
-            )
+            why = f"it is not a metric this fit logs (one of {sorted(logged)})"
+            raise ignored(option, monitor, why)
 
 
 def check_run_folder(
