@@ -132,7 +132,7 @@ class LabelModule(EncoderModule):
     def on_fit_start(self) -> None:
         """How the fit was planned (class weights, fusion, the wide start on the training rows'
         aggregates) and which score picks the checkpoint, printed before the first step."""
-        self.set_numeric_statistics(None if self.splits is None else self.splits.train)
+        self.set_numeric_statistics(self.splits)
         for line in self.notes:
             rank_zero_info(line)
         head = self.head

@@ -23,7 +23,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from seqenc.bundle import load_bundle
 from seqenc.data.numeric import unrecorded_shares, view_statistics
 from seqenc.data.spec import DataSpec
-from seqenc.data.split import SequenceView
+from seqenc.data.split import FitSplits
 from seqenc.errors import SeqencError
 from seqenc.model.encoder import EncoderConfig, SequenceEncoder
 from seqenc.model.objectives import Causal, Masked
@@ -136,14 +136,15 @@ class EncoderModule(pl.LightningModule):
             why = shape_mismatch(checkpoint["encoder_config"], self.config, self.spec)
             raise SeqencError(f"cannot load the checkpoint's weights: {why}")
 
-    def set_numeric_statistics(self, train: SequenceView | None) -> None:
-        """Per-item numeric scaling reads each item's statistics of the training events ``train``
-        (the split the fit trains on, handed to the module; ``None`` is refused in one line
-        rather than training on statistics of nothing); a model started from a bundle
-        (``init_from``) keeps the bundle's, which its weights learned on. Prints how the
-        numbers are read."""
+    def set_numeric_statistics(self, splits: FitSplits | None) -> None:
+        """Per-item numeric scaling reads each item's statistics of the training events (the
+        training split of ``splits``, handed to the module, read only when the log has numeric
+        columns; ``None`` is refused in one line rather than training on statistics of nothing);
+        a model started from a bundle (``init_from``) keeps the bundle's, which its weights
+        learned on. Prints how the numbers are read."""
         if not self.config.n_numeric:
             return
+        train = None if splits is None else splits.train
         if train is not None:
             shares = [f"{c} {s:.1%}" for c, s in unrecorded_shares(train.store).items() if s]
             vectors = "with" if self.config.missing_values else "without"

@@ -210,10 +210,9 @@ class SeqencModule(SelfSupervised, EncoderModule):
                 f"masked values: weight {self.hparams.value_weight} (a share model.mask_prob of "
                 "the events' numbers withheld and predicted)"
             )
-        train = None if self.splits is None else self.splits.train
-        self.set_numeric_statistics(train)
-        if self.loss == "sampled_softmax" and train is not None:
-            counts = item_counts(train, self.config.n_items)[: self.config.n_items]
+        self.set_numeric_statistics(self.splits)
+        if self.loss == "sampled_softmax" and self.splits is not None:
+            counts = item_counts(self.splits.train, self.config.n_items)[: self.config.n_items]
             self.proposal = Proposal.from_counts(torch.from_numpy(counts)).to(self.device)
         log.info(
             "evaluation: %s, full ranking over %d items, seen items %s",
